@@ -1,0 +1,13 @@
+"""attnum: how far does an attention implementation deviate from exact attention, and why."""
+
+from attnum.attention import baseline_attention, flash_attention, golden_attention
+from attnum.formats import FloatFormat, get_format
+from attnum.policy import Policy, parse_policy
+from attnum.rounding import round_to
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FloatFormat", "Policy", "get_format", "parse_policy", "round_to",
+    "golden_attention", "baseline_attention", "flash_attention", "__version__",
+]

@@ -1,0 +1,154 @@
+"""FlashAttention's tiled forward pass with online softmax, every rounding site named.
+
+Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv value dim,
+Bc keys per tile. Query blocks are independent, so all of them are processed at once: the only
+Python loop is over the Tc key/value tiles (Algorithm 1's outer loop).
+
+Variants:
+- ``fa2`` (FlashAttention-2, Dao 2023, Algorithm 1): keep the unnormalized accumulator O and the
+  running (m, l); rescale by alpha = exp(m_old - m_new) at every tile; divide by l once at the end.
+- ``fa1`` (FlashAttention, Dao et al. 2022, Algorithm 1 lines 9-12): per tile, block statistics
+  (m~, l~), two rescale factors, and O normalized by l_new and rounded to the output format after
+  every tile (it is written back to HBM).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnum.attention import masks, steps
+from attnum.attention.tiles import Tiles, resolve_tiles
+from attnum.errors import AttnumInputError
+from attnum.policy import Policy, parse_policy
+
+VARIANTS = ("fa1", "fa2")
+NEG_INF = float("-inf")
+
+
+def kv_tile_order(Tc: int, kv_order: str) -> list[int]:
+    """``forward``, ``reverse``, or ``random[:SEED]`` (a seeded permutation of the tiles)."""
+    if kv_order == "forward":
+        return list(range(Tc))
+    if kv_order == "reverse":
+        return list(range(Tc - 1, -1, -1))
+    if kv_order == "random" or kv_order.startswith("random:"):
+        _, _, seed = kv_order.partition(":")
+        try:
+            g = torch.Generator().manual_seed(int(seed or 0))
+        except ValueError:
+            raise AttnumInputError(f"kv_order={kv_order!r} is not allowed; expected random:<integer seed>") from None
+        return torch.randperm(Tc, generator=g).tolist()
+    raise AttnumInputError(f"kv_order={kv_order!r} is not allowed; expected 'forward', 'reverse' or 'random[:SEED]'")
+
+
+def flash_forward(
+    q_BHNd: torch.Tensor,
+    k_BHSd: torch.Tensor,
+    v_BHSd: torch.Tensor,
+    additive: torch.Tensor | None,
+    hard: torch.Tensor | None,
+    *,
+    scale: float,
+    policy: Policy,
+    tiles: Tiles,
+    variant: str = "fa2",
+    kv_order: str = "forward",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward pass on carrier tensors already rounded at ``inputs`` and expanded for GQA.
+
+    Returns (O (B, H, N, dv) on the ``out`` grid, lse (B, H, N) float64, -inf for empty rows).
+    """
+    B, H, N, _ = q_BHNd.shape
+    S, dv = v_BHSd.shape[-2], v_BHSd.shape[-1]
+    c = q_BHNd.dtype
+    m = torch.full((B, H, N, 1), NEG_INF, dtype=c, device=q_BHNd.device)  # running max m_i
+    l = torch.zeros((B, H, N, 1), dtype=c, device=q_BHNd.device)  # running sum l_i
+    o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)
+    for j in kv_tile_order(tiles.Tc(S), kv_order):
+        j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
+        s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, masks.slice_keys(additive, j0, j1),
+                         masks.slice_keys(hard, j0, j1), policy)  # S_ij (B, H, N, Bc)
+        if variant == "fa2":
+            m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy)
+        else:
+            m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy)
+    if variant == "fa2":
+        o = _normalize(o, l, policy)
+    lse = (m.double() + torch.log(l.double())).squeeze(-1)
+    return policy.round("out", o), lse
+
+
+def _fa2_step(s, v_j, m, l, acc, policy: Policy):
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    m_safe = steps.safe_max(m_new)
+    p = policy.round("exp", torch.exp(s - m_safe))  # P~_ij
+    alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
+    l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
+    acc = policy.round("acc", policy.round("acc", alpha * acc) + steps.pv(p, v_j, policy))
+    return m_new, l, acc
+
+
+def _fa1_step(s, v_j, m, l, o, policy: Policy):
+    m_blk = s.amax(dim=-1, keepdim=True)  # m~_ij
+    p = policy.round("exp", torch.exp(s - steps.safe_max(m_blk)))  # P~_ij
+    l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))  # l~_ij
+    m_new = torch.maximum(m, m_blk)
+    m_safe = steps.safe_max(m_new)
+    alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_i - m_i^new}
+    beta = policy.round("rescale", torch.exp(m_blk - m_safe))  # e^{m~_ij - m_i^new}
+    l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
+    num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy))
+    o = torch.where(l_new > 0, num / l_new, torch.zeros_like(num))
+    return m_new, l_new, policy.round("out", o)  # O_i written back to HBM in the output format
+
+
+def _normalize(acc, l, policy: Policy):
+    """O = acc / l (``divide``) or acc * (1 / l) (``reciprocal``, as FA2 and torch's CPU kernel)."""
+    if policy.normalize == "reciprocal":
+        inv = policy.round("row_sum", 1.0 / l)
+        o = acc * inv
+    else:
+        o = acc / l
+    return torch.where(l > 0, o, torch.zeros_like(o))
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    policy: str | Policy = "fp32",
+    block_q: int | None = None,
+    block_k: int | None = None,
+    sram: int | None = None,
+    swap_blocks: bool = False,
+    square: bool = False,
+    variant: str = "fa2",
+    kv_order: str = "forward",
+    return_lse: bool = False,
+):
+    """Tiled attention (B, H, N, d) x (B, G, S, d) x (B, G, S, dv) -> (B, H, N, dv) in the carrier.
+
+    Tiles come from ``block_q``/``block_k`` or ``sram`` (see :mod:`attnum.attention.tiles`);
+    ``return_lse`` also returns the float64 log-sum-exp per row (B, H, N).
+    """
+    policy = parse_policy(policy)
+    if variant not in VARIANTS:
+        raise AttnumInputError(f"variant={variant!r} is not allowed; expected one of {VARIANTS}")
+    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    tiles = resolve_tiles(d, block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square)
+    kv_tile_order(tiles.Tc(S), kv_order)  # validate before any work
+    c = policy.carrier
+    q_c = policy.round("inputs", q.to(c))
+    k_c = masks.expand_kv(policy.round("inputs", k.to(c)), H)
+    v_c = masks.expand_kv(policy.round("inputs", v.to(c)), H)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), c, q_c.device)
+    out, lse = flash_forward(q_c, k_c, v_c, additive, hard, scale=scale, policy=policy, tiles=tiles,
+                             variant=variant, kv_order=kv_order)
+    return (out, lse) if return_lse else out

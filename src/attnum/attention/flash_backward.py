@@ -1,0 +1,133 @@
+"""FlashAttention-2 backward (Dao 2023, Algorithm 2): recompute P tile by tile from the saved LSE.
+
+Shape alphabet: B batch, H query heads, G key/value heads, N queries, S keys, Bc keys in one tile,
+d head dim, dv value dim.
+
+No N x S matrix is kept: for each KV tile j (the only loop) the scores S_j and probabilities
+P_j = exp(S_j - lse) of *all* query rows are recomputed, used, and dropped. Every change of
+precision is a named site of the forward's policy, chosen to match what FA2's CUDA backward stores:
+
+============ ===================================================================================
+inputs       dO as loaded (Q, K, V are re-rounded here; a no-op when they came from the forward)
+scores       S_j = scale Q K_j^T (+ mask), recomputed; dP_j = dO V_j^T (both fp32 in FA2)
+exp          P_j = exp(S_j - lse), exact-0 where the row is fully masked (lse = -inf)
+probs        P_j and dS_j = P_j * (dP_j - D) as fed to the dV, dQ and dK matmuls (bf16 in FA2)
+row_sum      D = rowsum(dO * O), the softmax-Jacobian correction (Algorithm 2 line 4)
+acc          each tile's contribution to dQ, dK, dV and the running sums they are added into
+out          dQ, dK, dV as returned (the softmax scale is applied here, as FA2 does at the end)
+============ ===================================================================================
+
+``rescale`` is unused: with the final LSE there is no running maximum to correct.
+dK_j and dV_j sum over query blocks of ``Br`` rows in order, each partial rounded at ``acc`` (as
+FA2's per-KV-tile loop over query blocks does); dQ sums over KV tiles in ``kv_order``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnum.attention import masks, steps
+from attnum.errors import AttnumInputError
+from attnum.policy import Policy, parse_policy
+
+KV_ORDERS = ("forward", "reverse")
+
+
+def _sum_query_blocks(a_BHSN: torch.Tensor, b_BHNx: torch.Tensor, Br: int | None, policy: Policy) -> torch.Tensor:
+    """sum_i a[..., i-block] @ b[i-block] with every partial and the running sum rounded at ``acc``."""
+    N = a_BHSN.shape[-1]
+    if Br is None or Br >= N:
+        return policy.round("acc", steps.matmul(a_BHSN, b_BHNx, policy))
+    acc = None
+    for i0 in range(0, N, Br):
+        part = policy.round("acc", steps.matmul(a_BHSN[..., i0:i0 + Br], b_BHNx[..., i0:i0 + Br, :], policy))
+        acc = part if acc is None else policy.round("acc", acc + part)
+    return acc
+
+
+def flash_backward(
+    q_BHNd: torch.Tensor,
+    k_BGSd: torch.Tensor,
+    v_BGSdv: torch.Tensor,
+    out_BHNdv: torch.Tensor,
+    lse_BHN: torch.Tensor,
+    dout_BHNdv: torch.Tensor,
+    *,
+    additive: torch.Tensor | None = None,
+    hard: torch.Tensor | None = None,
+    scale: float,
+    policy: str | Policy,
+    Bc: int,
+    Br: int | None = None,
+    kv_order: str = "forward",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dQ (B,H,N,d), dK (B,G,S,d), dV (B,G,S,dv)) in the policy's carrier dtype, on the ``out`` grid.
+
+    ``additive``/``hard`` are the two halves of the mask from ``masks.build_masks`` (broadcastable to
+    (B, H, N, S)); ``out`` and ``lse`` are the forward's output and log-sum-exp (natural log).
+    """
+    policy = parse_policy(policy)
+    if kv_order not in KV_ORDERS:
+        raise AttnumInputError(f"kv_order={kv_order!r} is not allowed; expected one of {KV_ORDERS}")
+    if Bc < 1 or (Br is not None and Br < 1):
+        raise AttnumInputError(f"Bc={Bc}, Br={Br} are not allowed; expected positive tile sizes")
+    B, H, G, N, S, d, dv = masks.check_qkv(q_BHNd, k_BGSd, v_BGSdv)
+    c = policy.carrier
+    q = policy.round("inputs", q_BHNd.to(c))
+    k = masks.expand_kv(policy.round("inputs", k_BGSd.to(c)), H)
+    v = masks.expand_kv(policy.round("inputs", v_BGSdv.to(c)), H)
+    do = policy.round("inputs", dout_BHNdv.to(c))
+    o = out_BHNdv.to(c)
+    lse = lse_BHN.to(c)[..., None]
+    # Fully masked rows: lse = -inf; subtracting 0 instead keeps exp(-inf) = 0 rather than NaN.
+    lse = torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+    D_BHN1 = policy.round("row_sum", (do * o).sum(dim=-1, keepdim=True))  # Algorithm 2 line 4
+    do_T = do.transpose(-1, -2)
+    dq = torch.zeros(B, H, N, d, dtype=c, device=q.device)
+    dk = torch.empty(B, H, S, d, dtype=c, device=q.device)
+    dvv = torch.empty(B, H, S, dv, dtype=c, device=q.device)
+    tiles = list(range(0, S, Bc))
+    if kv_order == "reverse":
+        tiles.reverse()
+    for j0 in tiles:  # Algorithm 2's outer loop over KV tiles (lines 6-7)
+        j1 = min(S, j0 + Bc)
+        k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]
+        s_j = steps.scores(q, k_j, scale, masks.slice_keys(additive, j0, j1), masks.slice_keys(hard, j0, j1), policy)
+        p_j = policy.round("exp", torch.exp(s_j - lse))  # line 11: P = exp(S - L)
+        p_in = policy.round("probs", p_j)
+        dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)  # line 12
+        dp_j = policy.round("scores", steps.matmul(do, v_j.transpose(-1, -2), policy))  # line 13
+        ds_j = policy.round("probs", p_j * (dp_j - D_BHN1))  # line 14
+        dq = policy.round("acc", dq + policy.round("acc", steps.matmul(ds_j, k_j, policy)))  # line 15
+        dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)  # line 16
+        del do_T
+        do_T = None
+    if G != H:  # GQA: a KV head's gradient is the sum over the query heads that read it
+        dk = dk.view(B, G, H // G, S, d).sum(dim=2)
+        dvv = dvv.view(B, G, H // G, S, dv).sum(dim=2)
+    return (
+        policy.round("out", dq * scale),
+        policy.round("out", dk * scale),
+        policy.round("out", dvv),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashBackwardOptions:
+    """What the backward needs besides tensors; mirrors the forward's tiling and policy."""
+
+    scale: float
+    policy: Policy
+    Bc: int
+    Br: int | None = None
+    kv_order: str = "forward"
+    is_causal: bool = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.scale, float) and math.isfinite(self.scale)):
+            raise AttnumInputError(f"scale={self.scale!r} is not allowed; expected a finite float")
+        if self.kv_order not in KV_ORDERS:
+            raise AttnumInputError(f"kv_order={self.kv_order!r} is not allowed; expected one of {KV_ORDERS}")

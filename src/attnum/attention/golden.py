@@ -1,0 +1,53 @@
+"""The golden value: attention in float64, exact semantics, one query chunk at a time.
+
+Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv value dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnum.attention import masks
+from attnum.attention.steps import query_chunk, safe_max
+
+
+def golden_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+):
+    """softmax(scale * Q K^T + mask) V in float64 -> (B, H, N, dv) float64 (and lse (B, H, N)).
+
+    Inputs of any float dtype are converted exactly to float64. Queries are processed in chunks so
+    that N = S = 32768, d = 128, one head stays well under 2 GB. Fully masked rows give 0.
+    This is float64 arithmetic, not infinitely precise: its own error is ~S * 2**-53 relative,
+    far below every format attnum emulates except fp64 itself.
+    """
+    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    q, k, v = q.double(), masks.expand_kv(k.double(), H), masks.expand_kv(v.double(), H)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), torch.float64, q.device)
+    out = torch.empty(B, H, N, dv, dtype=torch.float64, device=q.device)
+    lse = torch.empty(B, H, N, dtype=torch.float64, device=q.device)
+    kT = k.transpose(-1, -2)
+    step = query_chunk(B, H, S)
+    for i0 in range(0, N, step):
+        i1 = min(N, i0 + step)
+        s = (q[:, :, i0:i1] @ kT) * scale
+        for bias in (masks.slice_queries(additive, i0, i1), masks.slice_queries(hard, i0, i1)):
+            if bias is not None:
+                s = s + bias
+        m = safe_max(s.amax(dim=-1, keepdim=True))
+        p = torch.exp(s - m)
+        l = p.sum(dim=-1, keepdim=True)
+        o = (p @ v) / l
+        out[:, :, i0:i1] = torch.where(l > 0, o, torch.zeros_like(o))
+        lse[:, :, i0:i1] = (m + torch.log(l)).squeeze(-1)
+    return (out, lse) if return_lse else out

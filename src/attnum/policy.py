@@ -1,0 +1,200 @@
+"""Precision policy: the format at every named rounding site of attention.
+
+Sites (the names used by ``Policy.round(site, x)`` in golden/baseline/flash):
+
+========== ================================================================================
+inputs     Q, K, V as loaded
+scores     S = scale * Q K^T (and S + additive mask)
+exp        P = exp(S - m), as fed to the row sum l
+probs      P (flash) or P / l (baseline) as fed to the P V matmul
+row_sum    l, the softmax denominator (each block's partial sum and the running sum)
+rescale    alpha = exp(m_old - m_new), the online-softmax correction factor
+acc        O accumulator (the running numerator, and each block's P V product)
+out        the final output
+========== ================================================================================
+
+``matmul_acc`` is the accumulator format inside the two matmuls (QK^T over d, PV over keys):
+``None`` accumulates in float64 and rounds once at the site; ``fp32`` (or ``fp64``) is the
+native BLAS accumulation in that format, in the BLAS's order; any other format is emulated by
+summing ``reduction_chunk`` products exactly before each rounding into the accumulator
+(``reduction_chunk=None`` then means 1: round after every addition).
+
+The *carrier* (the dtype tensors are held in) follows from the policy: float32 when every site
+fits in fp32 and the matmuls accumulate in fp32 natively -- then element-wise math (exp,
+division) runs in float32 as real kernels do -- else float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from attnum.errors import AttnumInputError
+from attnum.formats import PRESETS, FloatFormat, get_format
+from attnum.rounding import round_to
+
+SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
+NORMALIZE = ("divide", "reciprocal")
+_FP32 = PRESETS["fp32"]
+_FP64 = PRESETS["fp64"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """One FloatFormat per rounding site, plus the matmul accumulation model."""
+
+    inputs: FloatFormat
+    scores: FloatFormat
+    exp: FloatFormat
+    probs: FloatFormat
+    row_sum: FloatFormat
+    rescale: FloatFormat
+    acc: FloatFormat
+    out: FloatFormat
+    matmul_acc: FloatFormat | None = None
+    reduction_chunk: int | None = None
+    normalize: str = "divide"
+    name: str = dataclasses.field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for site in SITES:
+            object.__setattr__(self, site, get_format(getattr(self, site), param=f"policy.{site}"))
+        if self.matmul_acc is not None:
+            object.__setattr__(self, "matmul_acc", get_format(self.matmul_acc, param="policy.matmul_acc"))
+        if self.reduction_chunk is not None and (
+            not isinstance(self.reduction_chunk, int) or self.reduction_chunk < 1
+        ):
+            raise AttnumInputError(
+                f"reduction_chunk={self.reduction_chunk!r} is not allowed; expected a positive integer or None"
+            )
+        if self.normalize not in NORMALIZE:
+            raise AttnumInputError(f"normalize={self.normalize!r} is not allowed; expected one of {NORMALIZE}")
+
+    @property
+    def carrier(self) -> torch.dtype:
+        """float32 when everything fits in fp32 and matmuls accumulate natively in fp32."""
+        fits = all(getattr(self, s).fits_in(_FP32) for s in SITES)
+        return torch.float32 if fits and self.matmul_acc == _FP32 else torch.float64
+
+    @property
+    def matmul_mode(self) -> str:
+        """``exact`` (float64, rounded once), ``native`` (one BLAS call in the carrier's format) or
+        ``emulated`` (chunked exact sums rounded into ``matmul_acc`` after each chunk)."""
+        if self.matmul_acc is None:
+            return "exact"
+        carrier_fmt = _FP32 if self.carrier == torch.float32 else _FP64
+        return "native" if self.matmul_acc == carrier_fmt else "emulated"
+
+    def round(self, site: str, x: torch.Tensor) -> torch.Tensor:
+        """Round ``x`` to the format of ``site`` (nearest-even); a no-op when the carrier holds it exactly."""
+        return round_to(x, getattr(self, site))
+
+    def with_overrides(self, **sites: str | FloatFormat | int | None) -> Policy:
+        unknown = set(sites) - set(SITES) - {"matmul_acc", "reduction_chunk", "normalize"}
+        if unknown:
+            raise AttnumInputError(
+                f"policy override {sorted(unknown)!r} is not allowed; expected sites {SITES}, "
+                "matmul_acc, reduction_chunk or normalize"
+            )
+        return dataclasses.replace(self, **sites, name=_describe(self.name, sites))
+
+    def describe(self) -> dict[str, object]:
+        d = {s: getattr(self, s).name for s in SITES}
+        d["matmul_acc"] = self.matmul_acc.name if self.matmul_acc else "exact"
+        d["reduction_chunk"] = self.reduction_chunk
+        d["normalize"] = self.normalize
+        d["carrier"] = str(self.carrier).replace("torch.", "")
+        return d
+
+
+def _describe(base: str, overrides: dict) -> str:
+    extra = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in overrides.items())
+    return f"{base},{extra}" if extra else base
+
+
+def _acc_for(fmt: FloatFormat) -> FloatFormat:
+    """Hardware matmuls accumulate narrow formats in fp32; wider ones in fp64."""
+    return _FP32 if fmt.fits_in(_FP32) else _FP64
+
+
+def uniform(fmt: str | FloatFormat) -> Policy:
+    """Every site in ``fmt`` (the paper's re-implementation); matmuls accumulate as hardware does."""
+    f = get_format(fmt)
+    return Policy(**{s: f for s in SITES}, matmul_acc=_acc_for(f), name=f"uniform:{f.name}")
+
+
+def fa2(fmt: str | FloatFormat) -> Policy:
+    """FlashAttention-2/3 kernels: inputs, P for the PV matmul and the output in ``fmt``; scores,
+    exponentials feeding l, the statistics and the accumulator in fp32; O scaled by 1/l."""
+    f = get_format(fmt)
+    wide = _FP32 if f.fits_in(_FP32) else f
+    return Policy(
+        inputs=f, scores=wide, exp=wide, probs=f, row_sum=wide, rescale=wide, acc=wide, out=f,
+        matmul_acc=_acc_for(f), normalize="reciprocal", name=f"fa2:{f.name}",
+    )
+
+
+def torch_cpu(fmt: str | FloatFormat) -> Policy:
+    """PyTorch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): intermediates
+    in the op-math type (fp32 for bf16/fp16), exp(qk - max) then summed in fp32, qk converted to the
+    input type for the PV GEMM accumulating into an fp32 buffer, output = buffer * (1 / sum)."""
+    f = get_format(fmt)
+    p = fa2(f)
+    return dataclasses.replace(p, name=f"torch-cpu:{f.name}")
+
+
+NAMED = {"uniform": uniform, "fa2": fa2, "torch-cpu": torch_cpu}
+
+
+def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Policy:
+    """``NAME:FORMAT[,site=FORMAT...]``; ``NAME`` alone takes ``fmt``; a bare format means uniform.
+
+    Examples: ``fa2:bf16``, ``uniform:e4m3fn``, ``torch-cpu:fp16``, ``fp32``,
+    ``fa2:bf16,acc=fp16,reduction_chunk=16``.
+    """
+    if isinstance(spec, Policy):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise AttnumInputError(f"policy={spec!r} is not allowed; expected NAME:FORMAT with NAME in {list(NAMED)}")
+    head, *over = [part.strip() for part in spec.split(",")]
+    name, _, fmt_name = head.partition(":")
+    name = name.strip().lower()
+    if name in NAMED:
+        if not fmt_name:
+            if fmt is None:
+                raise AttnumInputError(f"policy={spec!r} names no format; write {name}:FORMAT or pass --format")
+            fmt_name = fmt
+        policy = NAMED[name](get_format(fmt_name, param="policy format"))
+    elif not fmt_name:
+        try:
+            policy = uniform(get_format(name))
+        except AttnumInputError:
+            raise AttnumInputError(
+                f"policy={spec!r} is not allowed; expected NAME:FORMAT with NAME in {list(NAMED)}, or a format"
+            ) from None
+    else:
+        raise AttnumInputError(f"policy={spec!r} is not allowed; expected NAME in {list(NAMED)}")
+    overrides: dict[str, object] = {}
+    for item in over:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise AttnumInputError(f"policy override {item!r} is not allowed; expected site=FORMAT")
+        key = key.strip()
+        if key == "reduction_chunk":
+            overrides[key] = None if value in ("", "none") else _int(value, key)
+        elif key == "matmul_acc":
+            overrides[key] = None if value in ("exact", "none") else get_format(value, param=key)
+        elif key == "normalize":
+            overrides[key] = value
+        else:
+            overrides[key] = get_format(value, param=f"policy.{key}")
+    return policy.with_overrides(**overrides) if overrides else policy
+
+
+def _int(value: str, key: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise AttnumInputError(f"{key}={value!r} is not allowed; expected an integer") from None
