@@ -1,0 +1,87 @@
+"""Seeded Q, K, V generators.
+
+Distributions:
+- ``normal``: N(0, 1) entries.
+- ``uniform``: U(-sqrt(3), sqrt(3)) entries (unit variance, like ``normal``).
+- ``outlier``: FlashAttention-3's numerics test mix, N(0, 1) + N(0, 100) * Bernoulli(0.001)
+  (Shah et al. 2024, Sec. 4.3): rare large entries that stretch the logit range.
+
+``logit_scale`` multiplies Q, so the logits scale * q.k grow by that factor: the knob that moves
+the softmax from near-uniform (small) to near-one-hot (large).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+from attnum.errors import AttnumInputError
+
+DISTS = ("normal", "uniform", "outlier")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputSpec:
+    batch: int = 1
+    heads: int = 8
+    kv_heads: int | None = None
+    seq_len: int = 1024
+    kv_len: int | None = None
+    head_dim: int = 64
+    dist: str = "normal"
+    logit_scale: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "heads", "seq_len", "head_dim"):
+            _positive(name, getattr(self, name))
+        for name in ("kv_heads", "kv_len"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        if self.heads % self.G:
+            raise AttnumInputError(f"kv_heads={self.kv_heads!r} is not allowed; expected a divisor of heads={self.heads}")
+        if self.dist not in DISTS:
+            raise AttnumInputError(f"dist={self.dist!r} is not allowed; expected one of {DISTS}")
+        if not (isinstance(self.logit_scale, (int, float)) and math.isfinite(self.logit_scale) and self.logit_scale > 0):
+            raise AttnumInputError(f"logit_scale={self.logit_scale!r} is not allowed; expected a positive finite number")
+
+    @property
+    def G(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def S(self) -> int:
+        return self.seq_len if self.kv_len is None else self.kv_len
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _positive(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise AttnumInputError(f"{name}={value!r} is not allowed; expected a positive integer")
+
+
+def sample(shape: tuple[int, ...], dist: str, generator: torch.Generator, device="cpu") -> torch.Tensor:
+    """One float64 tensor of ``dist`` entries (see the module docstring)."""
+    if dist == "normal":
+        return torch.randn(shape, generator=generator, dtype=torch.float64).to(device)
+    if dist == "uniform":
+        return ((torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * math.sqrt(3)).to(device)
+    if dist == "outlier":
+        base = torch.randn(shape, generator=generator, dtype=torch.float64)
+        big = torch.randn(shape, generator=generator, dtype=torch.float64) * 10.0  # N(0, 100): std 10
+        hit = torch.rand(shape, generator=generator, dtype=torch.float64) < 1e-3
+        return (base + big * hit).to(device)
+    raise AttnumInputError(f"dist={dist!r} is not allowed; expected one of {DISTS}")
+
+
+def make_qkv(spec: InputSpec, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float64 q (B, H, N, d), k (B, G, S, d), v (B, G, S, d), identical for a given spec on any device."""
+    g = torch.Generator().manual_seed(spec.seed)
+    q = sample((spec.batch, spec.heads, spec.seq_len, spec.head_dim), spec.dist, g, device) * spec.logit_scale
+    k = sample((spec.batch, spec.G, spec.S, spec.head_dim), spec.dist, g, device)
+    v = sample((spec.batch, spec.G, spec.S, spec.head_dim), spec.dist, g, device)
+    return q, k, v

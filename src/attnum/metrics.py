@@ -1,0 +1,106 @@
+"""Deviation metrics between an output and its reference, and the 1-D Wasserstein distance.
+
+All metrics are computed in float64 from the carrier values; NaN/inf in either tensor are data:
+they make max-type metrics inf/NaN rather than raising.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from attnum.errors import AttnumInputError
+from attnum.formats import FloatFormat, get_format
+
+BASIC = ("max_abs", "mean_abs", "std_abs", "rmse", "max_rel", "cosine", "rel_l1")
+
+
+def ulp(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """The spacing of ``fmt`` at |x| (its ulp), floored at the subnormal quantum; float64."""
+    a = x.double().abs()
+    _, e = torch.frexp(a)
+    q = torch.clamp_min(e.to(torch.float64) - 1, fmt.emin) - fmt.mbits
+    return torch.exp2(q)
+
+
+def deviation(x: torch.Tensor, ref: torch.Tensor, *, fmt: str | FloatFormat | None = None) -> dict[str, float]:
+    """max_abs, mean_abs, std_abs, rmse, max_rel, cosine, rel_l1 (and max_ulp, mean_ulp in ``fmt``)."""
+    if x.shape != ref.shape:
+        raise AttnumInputError(f"x.shape={tuple(x.shape)} is not allowed; expected ref's shape {tuple(ref.shape)}")
+    a, b = x.double().flatten(), ref.double().flatten()
+    if a.numel() == 0:
+        return {k: 0.0 for k in BASIC}
+    diff = (a - b).abs()
+    denom = b.abs()
+    rel = torch.where(denom > 0, diff / denom, torch.where(diff > 0, math.inf, 0.0))
+    norms = a.norm() * b.norm()
+    out = {
+        "max_abs": diff.max().item(),
+        "mean_abs": diff.mean().item(),
+        "std_abs": diff.std(unbiased=False).item(),
+        "rmse": diff.square().mean().sqrt().item(),
+        "max_rel": rel.max().item(),
+        "cosine": ((a @ b) / norms).item() if norms > 0 else float(torch.equal(a, b)),
+        "rel_l1": (diff.sum() / denom.sum()).item() if denom.sum() > 0 else float(diff.sum() > 0) * math.inf,
+    }
+    if fmt is not None:
+        units = diff / ulp(b, get_format(fmt))
+        out["max_ulp"] = units.max().item()
+        out["mean_ulp"] = units.mean().item()
+    return out
+
+
+def error_ratio(impl_vs_golden: dict[str, float], baseline_vs_golden: dict[str, float], key: str = "max_abs") -> float:
+    """FlashAttention's test ratio: err(impl vs golden) / err(same-precision baseline vs golden)."""
+    num, den = impl_vs_golden[key], baseline_vs_golden[key]
+    if den == 0:
+        return 1.0 if num == 0 else math.inf
+    return num / den
+
+
+def wasserstein_distance(a, b, a_weights=None, b_weights=None) -> float:
+    """Exact 1-D Wasserstein-1 distance between two empirical distributions.
+
+    Equal sizes without weights: mean |sort(a) - sort(b)| (the quantile functions are step
+    functions with the same steps), sorted in the input dtype and accumulated in float64.
+    Otherwise the CDF form: integral of |F_a - F_b| over the merged support, in float64.
+    Accepts torch tensors or numpy arrays of any shape (flattened).
+    """
+    x, y = _np1d(a, "a"), _np1d(b, "b")
+    if a_weights is None and b_weights is None and x.size == y.size:
+        xs, ys = np.sort(x), np.sort(y)
+        return float(np.abs(xs.astype(np.float64) - ys.astype(np.float64)).mean(dtype=np.float64))
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    wx = _weights(a_weights, x.size, "a_weights")
+    wy = _weights(b_weights, y.size, "b_weights")
+    ix, iy = np.argsort(x, kind="stable"), np.argsort(y, kind="stable")
+    x, wx, y, wy = x[ix], wx[ix], y[iy], wy[iy]
+    support = np.concatenate([x, y])
+    support.sort(kind="stable")
+    deltas = np.diff(support)
+    cx = np.concatenate([[0.0], np.cumsum(wx)]) / wx.sum()
+    cy = np.concatenate([[0.0], np.cumsum(wy)]) / wy.sum()
+    fx = cx[np.searchsorted(x, support[:-1], side="right")]
+    fy = cy[np.searchsorted(y, support[:-1], side="right")]
+    return float(np.sum(np.abs(fx - fy) * deltas))
+
+
+def _np1d(t, name: str) -> np.ndarray:
+    arr = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    arr = arr.reshape(-1)
+    if arr.size == 0:
+        raise AttnumInputError(f"{name} has 0 elements; expected a non-empty sample")
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def _weights(w, n: int, name: str) -> np.ndarray:
+    if w is None:
+        return np.ones(n, dtype=np.float64)
+    arr = _np1d(w, name).astype(np.float64)
+    if arr.size != n or (arr < 0).any() or arr.sum() <= 0:
+        raise AttnumInputError(f"{name} is not allowed; expected {n} non-negative weights with a positive sum")
+    return arr
