@@ -143,11 +143,19 @@ def flash_attention(
     B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
     tiles = resolve_tiles(d, block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square)
     kv_tile_order(tiles.Tc(S), kv_order)  # validate before any work
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        # Trainable path: same forward, plus the recomputing backward (imported here: it imports us).
+        from attnum.attention.flash_backward import FlashAttentionFunction, FlashOptions
+
+        opts = FlashOptions(scale=scale, policy=policy, tiles=tiles, is_causal=is_causal, variant=variant,
+                            kv_order=kv_order)
+        out, lse = FlashAttentionFunction.apply(q, k, v, attn_mask, opts)
+        return (out, lse) if return_lse else out
     c = policy.carrier
     q_c = policy.round("inputs", q.to(c))
     k_c = masks.expand_kv(policy.round("inputs", k.to(c)), H)
     v_c = masks.expand_kv(policy.round("inputs", v.to(c)), H)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), c, q_c.device)
     out, lse = flash_forward(q_c, k_c, v_c, additive, hard, scale=scale, policy=policy, tiles=tiles,
                              variant=variant, kv_order=kv_order)

@@ -19,7 +19,7 @@ out          dQ, dK, dV as returned (the softmax scale is applied here, as FA2 d
 
 ``rescale`` is unused: with the final LSE there is no running maximum to correct.
 dK_j and dV_j sum over query blocks of ``Br`` rows in order, each partial rounded at ``acc`` (as
-FA2's per-KV-tile loop over query blocks does); dQ sums over KV tiles in ``kv_order``.
+FA2's per-KV-tile loop over query blocks does); dQ sums over KV tiles in ``kv_order`` (the forward's ``kv_tile_order``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import torch
 
 from attnum.attention import masks, steps
+from attnum.attention.flash import VARIANTS, flash_forward, kv_tile_order
+from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy, parse_policy
-
-KV_ORDERS = ("forward", "reverse")
 
 
 def _sum_query_blocks(a_BHSN: torch.Tensor, b_BHNx: torch.Tensor, Br: int | None, policy: Policy) -> torch.Tensor:
@@ -70,8 +70,6 @@ def flash_backward(
     (B, H, N, S)); ``out`` and ``lse`` are the forward's output and log-sum-exp (natural log).
     """
     policy = parse_policy(policy)
-    if kv_order not in KV_ORDERS:
-        raise AttnumInputError(f"kv_order={kv_order!r} is not allowed; expected one of {KV_ORDERS}")
     if Bc < 1 or (Br is not None and Br < 1):
         raise AttnumInputError(f"Bc={Bc}, Br={Br} are not allowed; expected positive tile sizes")
     B, H, G, N, S, d, dv = masks.check_qkv(q_BHNd, k_BGSd, v_BGSdv)
@@ -80,20 +78,18 @@ def flash_backward(
     k = masks.expand_kv(policy.round("inputs", k_BGSd.to(c)), H)
     v = masks.expand_kv(policy.round("inputs", v_BGSdv.to(c)), H)
     do = policy.round("inputs", dout_BHNdv.to(c))
+    additive = None if additive is None else additive.to(c)
+    hard = None if hard is None else hard.to(c)
     o = out_BHNdv.to(c)
     lse = lse_BHN.to(c)[..., None]
     # Fully masked rows: lse = -inf; subtracting 0 instead keeps exp(-inf) = 0 rather than NaN.
     lse = torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
     D_BHN1 = policy.round("row_sum", (do * o).sum(dim=-1, keepdim=True))  # Algorithm 2 line 4
-    do_T = do.transpose(-1, -2)
     dq = torch.zeros(B, H, N, d, dtype=c, device=q.device)
     dk = torch.empty(B, H, S, d, dtype=c, device=q.device)
     dvv = torch.empty(B, H, S, dv, dtype=c, device=q.device)
-    tiles = list(range(0, S, Bc))
-    if kv_order == "reverse":
-        tiles.reverse()
-    for j0 in tiles:  # Algorithm 2's outer loop over KV tiles (lines 6-7)
-        j1 = min(S, j0 + Bc)
+    for j in kv_tile_order(max(1, math.ceil(S / Bc)), kv_order):  # Algorithm 2's outer loop (lines 6-7)
+        j0, j1 = j * Bc, min(S, (j + 1) * Bc)
         k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]
         s_j = steps.scores(q, k_j, scale, masks.slice_keys(additive, j0, j1), masks.slice_keys(hard, j0, j1), policy)
         p_j = policy.round("exp", torch.exp(s_j - lse))  # line 11: P = exp(S - L)
@@ -103,8 +99,6 @@ def flash_backward(
         ds_j = policy.round("probs", p_j * (dp_j - D_BHN1))  # line 14
         dq = policy.round("acc", dq + policy.round("acc", steps.matmul(ds_j, k_j, policy)))  # line 15
         dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)  # line 16
-        del do_T
-        do_T = None
     if G != H:  # GQA: a KV head's gradient is the sum over the query heads that read it
         dk = dk.view(B, G, H // G, S, d).sum(dim=2)
         dvv = dvv.view(B, G, H // G, S, dv).sum(dim=2)
@@ -116,18 +110,62 @@ def flash_backward(
 
 
 @dataclass(frozen=True, kw_only=True)
-class FlashBackwardOptions:
-    """What the backward needs besides tensors; mirrors the forward's tiling and policy."""
+class FlashOptions:
+    """Everything the forward and the recomputing backward share besides tensors."""
 
     scale: float
     policy: Policy
-    Bc: int
-    Br: int | None = None
-    kv_order: str = "forward"
+    tiles: Tiles
     is_causal: bool = False
+    variant: str = "fa2"
+    kv_order: str = "forward"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.scale, float) and math.isfinite(self.scale)):
             raise AttnumInputError(f"scale={self.scale!r} is not allowed; expected a finite float")
-        if self.kv_order not in KV_ORDERS:
-            raise AttnumInputError(f"kv_order={self.kv_order!r} is not allowed; expected one of {KV_ORDERS}")
+        if not isinstance(self.policy, Policy) or not isinstance(self.tiles, Tiles):
+            raise AttnumInputError("policy and tiles must be a parsed Policy and a Tiles")
+        if self.variant not in VARIANTS:
+            raise AttnumInputError(f"variant={self.variant!r} is not allowed; expected one of {VARIANTS}")
+        kv_tile_order(1, self.kv_order)  # validates the order's spelling
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Trainable re-implementation: forward saves only O and the LSE (B, H, N); backward recomputes.
+
+    ``apply(q, k, v, attn_mask, opts)`` -> (O (B, H, N, dv) carrier, lse (B, H, N) float64, not
+    differentiable). Gradients come back in the dtypes of q, k, v; ``attn_mask`` gets none.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
+        policy = opts.policy
+        B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+        c = policy.carrier
+        q_c = policy.round("inputs", q.detach().to(c))
+        k_c = masks.expand_kv(policy.round("inputs", k.detach().to(c)), H)
+        v_c = masks.expand_kv(policy.round("inputs", v.detach().to(c)), H)
+        additive, hard = masks.build_masks(attn_mask, opts.is_causal, (B, H, N, S), c, q_c.device)
+        out, lse = flash_forward(q_c, k_c, v_c, additive, hard, scale=opts.scale, policy=policy,
+                                 tiles=opts.tiles, variant=opts.variant, kv_order=opts.kv_order)
+        ctx.save_for_backward(q, k, v, out, lse, attn_mask if attn_mask is not None else torch.empty(0))
+        ctx.has_mask = attn_mask is not None
+        ctx.opts = opts
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, attn_mask = ctx.saved_tensors
+        opts: FlashOptions = ctx.opts
+        B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+        additive, hard = masks.build_masks(attn_mask if ctx.has_mask else None, opts.is_causal,
+                                           (B, H, N, S), opts.policy.carrier, q.device)
+        dq, dk, dv_ = flash_backward(q, k, v, out, lse, dout, additive=additive, hard=hard, scale=opts.scale,
+                                     policy=opts.policy, Bc=opts.tiles.Bc, Br=opts.tiles.Br,
+                                     kv_order=opts.kv_order)
+        return dq.to(q.dtype), dk.to(k.dtype), dv_.to(v.dtype), None, None
+
+
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
