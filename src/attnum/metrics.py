@@ -26,7 +26,8 @@ def ulp(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
 
 
 def deviation(x: torch.Tensor, ref: torch.Tensor, *, fmt: str | FloatFormat | None = None) -> dict[str, float]:
-    """max_abs, mean_abs, std_abs, rmse, max_rel, cosine, rel_l1 (and max_ulp, mean_ulp in ``fmt``)."""
+    """max_abs, mean_abs, std_abs, rmse, max_rel, cosine, rel_l1; with ``fmt`` also max_ulp and
+    mean_ulp: the difference in ULPs of ``fmt`` at the scale of ``ref`` (ulp of max |ref|)."""
     if x.shape != ref.shape:
         raise AttnumInputError(f"x.shape={tuple(x.shape)} is not allowed; expected ref's shape {tuple(ref.shape)}")
     a, b = x.double().flatten(), ref.double().flatten()
@@ -46,9 +47,13 @@ def deviation(x: torch.Tensor, ref: torch.Tensor, *, fmt: str | FloatFormat | No
         "rel_l1": (diff.sum() / denom.sum()).item() if denom.sum() > 0 else float(diff.sum() > 0) * math.inf,
     }
     if fmt is not None:
-        units = diff / ulp(b, get_format(fmt))
-        out["max_ulp"] = units.max().item()
-        out["mean_ulp"] = units.mean().item()
+        # In ULPs of fmt at the output's scale (its largest finite magnitude): element-wise ULPs
+        # explode on outputs that cancel to near zero and say nothing about the kernel there.
+        finite = b[torch.isfinite(b)].abs()
+        scale = finite.max() if finite.numel() else torch.tensor(0.0, dtype=torch.float64)
+        unit = ulp(scale.reshape(1), get_format(fmt))[0]
+        out["max_ulp"] = (diff.max() / unit).item()
+        out["mean_ulp"] = (diff.mean() / unit).item()
     return out
 
 

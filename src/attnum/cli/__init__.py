@@ -15,6 +15,7 @@ import typer
 _COMMAND_MODULES = (
     "compare",
     "validate",
+    "sweep", "reproduce", "runs", "export", "report",
 )
 
 
@@ -32,33 +33,19 @@ def build_app() -> typer.Typer:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 a check failed, 2 bad input or usage)."""
     app = build_app()
     try:
-        rv = app(args=argv, prog_name="attnum", standalone_mode=False)
-    except ValueError as err:
-        print(f"attnum: error: {err}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as err:
+        app(args=argv, prog_name="attnum", standalone_mode=True)
+    except SystemExit as ex:  # click's standalone mode ends every run with sys.exit
+        return ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    except (ValueError, FileNotFoundError) as err:
         print(f"attnum: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnum: interrupted", file=sys.stderr)
         return 130
-    except typer.Exit as ex:
-        return ex.exit_code
-    except SystemExit as ex:  # typer/click usage errors
-        return int(ex.code or 0)
-    except Exception as err:  # click usage errors
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            return err.exit_code
-        if isinstance(err, click.exceptions.Abort):
-            print("attnum: aborted", file=sys.stderr)
-            return 130
-        raise
-    return rv if isinstance(rv, int) else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""`attnum compare`: one configuration -> flash/baseline/golden deviation table."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from attnum.experiments.compare import CompareConfig, run_compare
+
+PAIRS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline")
+COLUMNS = ("max_abs", "mean_abs", "std_abs", "rmse", "max_rel", "max_ulp", "cosine")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def compare(
+        policy: str = typer.Option("uniform", help="NAME or NAME:FORMAT (uniform, fa2, torch-cpu), or a format."),
+        format: str = typer.Option("bf16", "--format", help="Format for a policy NAME given without one."),
+        seq_len: int = typer.Option(1024, help="Query length N."),
+        kv_len: Optional[int] = typer.Option(None, help="Key length S (default N)."),
+        head_dim: int = typer.Option(64, help="Head dimension d."),
+        heads: int = typer.Option(8, help="Query heads H."),
+        kv_heads: Optional[int] = typer.Option(None, help="Key/value heads G (GQA when < H)."),
+        batch: int = typer.Option(1, help="Batch B."),
+        block_q: Optional[int] = typer.Option(None, help="Query tile Br (default 128)."),
+        block_k: Optional[int] = typer.Option(None, help="Key/value tile Bc (default 128)."),
+        sram: Optional[int] = typer.Option(None, help="SRAM size M in elements: Bc=ceil(M/4d), Br=min(Bc,d)."),
+        swap_blocks: bool = typer.Option(False, help="Exchange Br and Bc."),
+        square: bool = typer.Option(False, help="Force Br = Bc."),
+        variant: str = typer.Option("fa2", help="fa1 (normalize every tile) or fa2 (normalize once)."),
+        kv_order: str = typer.Option("forward", help="forward, reverse or random[:SEED] tile order."),
+        causal: bool = typer.Option(False, help="Causal mask (top-left, as torch)."),
+        dist: str = typer.Option("normal", help="normal, uniform or outlier."),
+        logit_scale: float = typer.Option(1.0, help="Multiply Q by this (logit magnitude)."),
+        seed: int = typer.Option(0, help="Input seed."),
+        device: str = typer.Option("cpu", help="cpu or cuda."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    ) -> None:
+        """Compare flash and baseline attention under a precision policy with the float64 golden value."""
+        cfg = CompareConfig(
+            policy=policy, format=format, seq_len=seq_len, kv_len=kv_len, head_dim=head_dim, heads=heads,
+            kv_heads=kv_heads, batch=batch, block_q=block_q, block_k=block_k, sram=sram,
+            swap_blocks=swap_blocks, square=square, variant=variant, kv_order=kv_order, causal=causal,
+            dist=dist, logit_scale=logit_scale, seed=seed, device=device,
+        )
+        result = run_compare(cfg)
+        if as_json:
+            print(json.dumps(result, indent=2))
+            return
+        print_result(result)
+
+
+def print_result(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    pol, tiles = result["policy"], result["tiles"]
+    title = (f"{pol['name']}  N={result['config']['seq_len']} d={result['config']['head_dim']}  "
+             f"Br={tiles['Br']} Bc={tiles['Bc']} Tc={tiles['Tc']}  variant={result['config']['variant']}  "
+             f"carrier={pol['carrier']}")
+    table = Table(title=title)
+    table.add_column("pair")
+    for col in COLUMNS:
+        table.add_column(col, justify="right")
+    for pair in PAIRS:
+        m = result["metrics"][pair]
+        table.add_row(pair, *(f"{m[c]:.3e}" if c != "cosine" else f"{m[c]:.9f}" for c in COLUMNS))
+    console = Console()
+    console.print(table)
+    r = result["ratio"]
+    console.print(f"flash/baseline error vs golden: max_abs {r['max_abs']:.3g}x, mean_abs {r['mean_abs']:.3g}x, "
+                  f"rmse {r['rmse']:.3g}x")

@@ -1,0 +1,49 @@
+"""`attnum validate`: the re-implementation against PyTorch's CPU flash kernel."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from attnum.experiments.validate import ValidateConfig, run_validate
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not allowed; expected comma-separated integers") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def validate(
+        formats: str = typer.Option("bf16,fp16,fp32", help="Comma-separated: bf16, fp16, fp32."),
+        seq_lens: str = typer.Option("256,512,1024,2048", help="Comma-separated sequence lengths."),
+        heads: int = typer.Option(4),
+        head_dim: int = typer.Option(64),
+        causal: bool = typer.Option(False),
+        seed: int = typer.Option(0),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Emulation under torch-cpu:<fmt> vs torch's CPU flash SDPA: ULPs apart and % identical."""
+        cfg = ValidateConfig(formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
+                             seq_lens=_ints(seq_lens, "seq_lens"), heads=heads, head_dim=head_dim,
+                             causal=causal, seed=seed)
+        rows = run_validate(cfg)
+        if as_json:
+            print(json.dumps(rows, indent=2))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="attnum (torch-cpu policy, CPU tiles) vs torch SDPA flash on CPU")
+        for col in ("format", "N", "KV tiles", "max ULP", "mean ULP", "identical", "emu vs golden",
+                    "kernel vs golden"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(r["format"], str(r["seq_len"]), str(r["kv_tiles"]), f"{r['max_ulp']:.2f}",
+                          f"{r['mean_ulp']:.4f}", f"{100 * r['identical']:.2f}%",
+                          f"{r['emulation_vs_golden']:.3e}", f"{r['kernel_vs_golden']:.3e}")
+        Console().print(table)
