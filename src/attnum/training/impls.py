@@ -100,7 +100,7 @@ def resolve_attention(spec: str | SdpaFn, *, block_q: int | None = None, block_k
     except ImportError as err:  # registry not importable: say so rather than guessing
         raise AttnumInputError(f"attention={spec!r}: kernel registry unavailable ({err})") from err
     if spec in KERNELS:
-        return get_kernel(spec)
+        return get_kernel(spec).fn
     known = ", ".join([*BUILTIN_SPECS, *sorted(KERNELS)])
     raise AttnumInputError(f"attention={spec!r} is not allowed; expected one of {known}")
 

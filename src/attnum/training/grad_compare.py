@@ -1,0 +1,141 @@
+"""Gradients of one comparison point: dQ, dK, dV of flash and baseline against float64 autograd.
+
+Implementations, all on the same inputs (float64 samples rounded to the policy's input format) and
+the same upstream gradient dO (seeded, rounded to the input format):
+
+- golden: float64 autograd through ``golden_attention``;
+- flash: ``flash_attention``'s recomputing backward (``attnum.attention.flash_backward``);
+- baseline: standard attention with every site rounded per policy in the forward *and* its gradient
+  rounded to the same site's format on the way back (``RoundSite``) -- the emulated
+  same-precision baseline, available for every format;
+- torch_eager / torch_flash (when the input format is a torch dtype): PyTorch autograd of op-by-op
+  attention in that dtype (FlashAttention's test baseline), and PyTorch's own flash kernel's
+  backward (CPU: FlashAttentionKernel.cpp) -- the validation reference for the re-implementation.
+
+``ratio[grad][key]`` = err(flash vs golden) / err(baseline vs golden), FlashAttention's test ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from attnum.attention import flash_attention, golden_attention, masks
+from attnum.experiments.compare import CompareConfig, compare_inputs
+from attnum.metrics import deviation, error_ratio
+from attnum.policy import Policy
+from attnum.rounding import round_to
+from attnum.training.impls import eager_attention
+
+GRADS = ("dq", "dk", "dv")
+_TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class RoundSite(torch.autograd.Function):
+    """Round to a site's format in the forward, and the incoming gradient to the same format."""
+
+    @staticmethod
+    def forward(ctx, x, fmt):
+        ctx.fmt = fmt
+        return round_to(x, fmt)
+
+    @staticmethod
+    def backward(ctx, g):
+        return round_to(g, ctx.fmt), None
+
+
+def baseline_attention_differentiable(q, k, v, *, attn_mask=None, is_causal=False, scale=None,
+                                      policy: Policy) -> torch.Tensor:
+    """``baseline_attention``'s arithmetic (S, exp, l, P/l, PV, out sites), differentiable.
+
+    q (B, H, N, d), k/v (B, G, S, d|dv) in the carrier dtype -> (B, H, N, dv). The max is
+    subtracted without rounding (it is an exact value of the scores).
+    """
+    def r(site, x):
+        return RoundSite.apply(x, getattr(policy, site))
+
+    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    c = policy.carrier
+    q = r("inputs", q.to(c))
+    k = masks.expand_kv(r("inputs", k.to(c)), H)
+    v = masks.expand_kv(r("inputs", v.to(c)), H)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), c, q.device)
+    s = r("scores", (q @ k.transpose(-1, -2)) * scale)
+    if additive is not None:
+        s = r("scores", s + additive)
+    if hard is not None:
+        s = s + hard
+    m = s.amax(dim=-1, keepdim=True).detach()
+    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    p = r("exp", torch.exp(s - m))
+    l = r("row_sum", p.sum(dim=-1, keepdim=True))
+    a = r("probs", torch.where(l > 0, p / l.clamp_min(torch.finfo(c).tiny), torch.zeros_like(p)))
+    return r("out", r("acc", a @ v))
+
+
+def _grads(fn, q, k, v, do, dtype) -> tuple[dict[str, torch.Tensor], float]:
+    qq, kk, vv = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+    t0 = time.perf_counter()
+    out = fn(qq, kk, vv)
+    grads = torch.autograd.grad(out, (qq, kk, vv), do.to(out.dtype))
+    return dict(zip(GRADS, (g.double() for g in grads))), time.perf_counter() - t0
+
+
+def run_grad_compare(cfg: CompareConfig) -> dict:
+    """{"config", "policy", "metrics": {impl_vs_golden: {grad: deviation}}, "ratio": {grad: {...}},
+    "timing_s"}; impl in flash, baseline and (native formats) torch_eager, torch_flash."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    policy, (q, k, v) = compare_inputs(cfg)
+    tiles = cfg.tiles()
+    g = torch.Generator(device=q.device).manual_seed(cfg.seed + 1_000_003)
+    B, H, N, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[-1]
+    do = round_to(torch.randn(B, H, N, dv, dtype=torch.float64, generator=g, device=q.device), policy.inputs)
+    causal = cfg.causal
+    impls = {
+        "golden": (lambda a, b, c: golden_attention(a, b, c, is_causal=causal), torch.float64),
+        "flash": (lambda a, b, c: flash_attention(a, b, c, is_causal=causal, policy=policy, block_q=tiles.Br,
+                                                  block_k=tiles.Bc, variant=cfg.variant, kv_order=cfg.kv_order),
+                  torch.float64),
+        "baseline": (lambda a, b, c: baseline_attention_differentiable(a, b, c, is_causal=causal, policy=policy),
+                     torch.float64),
+    }
+    native = _TORCH_DTYPES.get(policy.inputs.name)
+    if native is not None:
+        gqa = q.shape[1] != k.shape[1]
+        impls["torch_eager"] = (lambda a, b, c: eager_attention(a, b, c, is_causal=causal, enable_gqa=gqa), native)
+
+        def torch_flash(a, b, c):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=gqa)
+
+        impls["torch_flash"] = (torch_flash, native)
+    grads, timing = {}, {}
+    for name, (fn, dtype) in impls.items():
+        grads[name], timing[name] = _grads(fn, q, k, v, do, dtype)
+    gold = grads.pop("golden")
+    metrics = {
+        f"{name}_vs_golden": {gr: deviation(grads[name][gr], gold[gr], fmt=policy.out) for gr in GRADS}
+        for name in grads
+    }
+    metrics["flash_vs_baseline"] = {gr: deviation(grads["flash"][gr], grads["baseline"][gr], fmt=policy.out)
+                                    for gr in GRADS}
+    if "torch_flash" in grads:
+        metrics["flash_vs_torch_flash"] = {gr: deviation(grads["flash"][gr], grads["torch_flash"][gr],
+                                                         fmt=policy.out) for gr in GRADS}
+    ratio = {
+        gr: {key: error_ratio(metrics["flash_vs_golden"][gr], metrics["baseline_vs_golden"][gr], key)
+             for key in ("max_abs", "mean_abs", "rmse")}
+        for gr in GRADS
+    }
+    return {
+        "config": cfg.to_dict(),
+        "policy": {"name": policy.name, **policy.describe()},
+        "tiles": {"Br": tiles.Br, "Bc": tiles.Bc, "Tc": tiles.Tc(k.shape[2])},
+        "metrics": metrics,
+        "ratio": ratio,
+        "timing_s": timing,
+    }
