@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "compare",
     "validate",
     "sweep", "reproduce", "runs", "export", "report",
+    "diverge",
 )
 
 
