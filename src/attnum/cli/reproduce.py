@@ -1,0 +1,45 @@
+"""`attnum reproduce`: the paper's microbenchmark (Figs. 3-6) end to end: sweep, figures, report."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from attnum.executors import SweepOptions, run_sweep
+from attnum.experiments.paper import PROFILES, paper_spec
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def reproduce(
+        profile: str = typer.Option("quick", "--profile", help=f"One of {PROFILES}: quick (~5 min, 2 cores) or full."),
+        out: Path = typer.Option(None, "--out", help="Output folder (default runs/PROFILE)."),
+        jobs: int = typer.Option(0, "--jobs", help="Parallel points (default: all CPU cores)."),
+        executor: str = typer.Option("local", "--executor", help="local or ray."),
+        quiet: bool = typer.Option(False, "--quiet", help="Plain log lines instead of a progress bar."),
+    ) -> None:
+        """Run the paper's sweeps (resumable), draw every figure and write report.html with findings."""
+        from attnum.experiments.findings import compute_findings
+        from attnum.report.html import write_report
+        from attnum.store import open_store
+
+        spec = paper_spec(profile)
+        out_dir = out or Path("runs") / profile
+        t0 = time.perf_counter()
+        options = SweepOptions(out=out_dir, jobs=jobs or os.cpu_count() or 1, executor=executor, quiet=quiet,
+                               command=" ".join(["attnum", *sys.argv[1:]]))
+        summary = run_sweep(spec, options)
+        t1 = time.perf_counter()
+        report = write_report(out_dir)
+        t2 = time.perf_counter()
+        with open_store(out_dir) as store:
+            findings = compute_findings(store.rows())
+        for f in findings:
+            print(f"[{f.figure}] {f.claim} | {f.policy}/{f.variant}: {f.verdict.upper()} -- {f.measured}")
+        print(f"{summary.planned} points ({summary.skipped} reused, {summary.failed} failed); sweep {t1 - t0:.1f}s, "
+              f"figures+report {t2 - t1:.1f}s")
+        print(f"store:   {summary.store_path}\nfigures: {out_dir / 'figures'}\nreport:  {report}")

@@ -1,0 +1,174 @@
+"""Run a sweep's points into a store: in this process, in a process pool, or as Ray tasks.
+
+Whatever the executor, only this (driver) process writes the store, one commit per finished point,
+so resume behaves the same everywhere: points already done are skipped, failed ones are retried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from attnum.errors import bad_value
+from attnum.experiments.point_runner import run_point
+from attnum.experiments.points import Point
+from attnum.experiments.spec import SweepSpec
+from attnum.report.progress import SweepProgress
+from attnum.store import Store
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepOptions:
+    """How to run a sweep; fields map 1:1 to ``attnum sweep`` flags."""
+
+    out: Path
+    jobs: int = 1
+    executor: str = "local"
+    quiet: bool = False
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.jobs, int) or self.jobs < 1:
+            raise bad_value("--jobs", self.jobs, "a positive integer")
+        if self.executor not in EXECUTORS:
+            raise bad_value("--executor", self.executor, f"one of {EXECUTORS}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepSummary:
+    planned: int
+    skipped: int
+    ran: int
+    failed: int
+    store_path: Path
+
+
+def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
+    """Plan the spec's points in ``options.out``'s store, run the ones not done, commit each as it ends."""
+    planned = spec.planned()
+    with Store(options.out) as store:
+        store.bind_spec(name=spec.name, spec_hash=spec.spec_hash, canonical=spec.canonical(), source=spec.source)
+        store.plan((k, p.kind, groups, p.config()) for k, (p, groups) in planned.items())
+        done = store.done_keys()
+        todo = [p for k, (p, _) in planned.items() if k not in done]
+        run_id = store.begin_run(
+            command=options.command, n_todo=len(todo), executor=options.executor, jobs=options.jobs
+        )
+        status = "interrupted"
+        failed = 0
+        try:
+            with SweepProgress(
+                total=len(todo), skipped=len(planned) - len(todo), title=spec.name, quiet=options.quiet
+            ) as progress:
+                for point, result in _execute(todo, spec.kernels, options):
+                    store.write(result, run_id)
+                    failed += result["status"] != "done"
+                    progress.advance(point.label(), result)
+            status = "complete" if not failed else "complete-with-failures"
+        finally:
+            store.end_run(run_id, status)
+        return SweepSummary(
+            planned=len(planned), skipped=len(planned) - len(todo), ran=len(todo), failed=failed, store_path=store.path
+        )
+
+
+def _execute(todo: list[Point], kernels: tuple[str, ...], options: SweepOptions) -> Iterator[tuple[Point, dict]]:
+    if not todo:
+        return iter(())
+    if options.executor == "ray":
+        return _ray(todo, kernels, options.jobs)
+    if options.jobs == 1:
+        return ((p, run_point(p.config(), kernels)) for p in todo)
+    return _pool(todo, kernels, options.jobs)
+
+
+# ---- process pool ----------------------------------------------------------------------------
+
+
+def _init_worker(threads: int, path_entries: list[str]) -> None:
+    # spawn starts a fresh interpreter: give it our import path, and split the cores between workers
+    # rather than let every worker's torch grab them all.
+    for entry in reversed(path_entries):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tuple[Point, dict]]:
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    ctx = multiprocessing.get_context("spawn")  # fork after torch init is unsafe; spawn works everywhere
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                               initargs=(threads, [_package_root()]))
+    pending: dict[Any, Point] = {}
+    queue = list(reversed(todo))
+    window = 4 * jobs  # bounded in flight: Ctrl-C loses at most these, and memory stays flat
+    try:
+        while queue or pending:
+            while queue and len(pending) < window:
+                p = queue.pop()
+                pending[pool.submit(run_point, p.config(), kernels)] = p
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                yield pending.pop(fut), fut.result()
+    finally:
+        pool.shutdown(wait=not pending, cancel_futures=True)
+
+
+# ---- Ray -------------------------------------------------------------------------------------
+
+
+def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tuple[Point, dict]]:
+    """Points as Ray tasks on RAY_ADDRESS's cluster, else on a local instance started here."""
+    try:
+        import ray
+    except ImportError:
+        raise bad_value("--executor", "ray", "'local' (ray is not installed; pip install 'attnum[ray]')") from None
+    started_here = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS") or None
+        kwargs: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False}
+        if address is None:
+            # A local instance: workers need our import path; a real cluster must have attnum installed.
+            kwargs["num_cpus"] = jobs if jobs > 1 else None
+            path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
+            kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+        ray.init(**kwargs)
+        started_here = True
+    remote = ray.remote(run_point)
+    pending: dict[Any, Point] = {}
+    for p in todo:
+        gpus = 1 if p.device.startswith("cuda") else 0  # one GPU per task when the point asks for CUDA
+        pending[remote.options(num_cpus=1, num_gpus=gpus, max_retries=1).remote(p.config(), kernels)] = p
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                p = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as err:  # noqa: BLE001 - a lost worker is a failed point, not a crash
+                    result = {"key": p.key, "status": "failed", "metrics": None,
+                              "error": f"ray task failed: {type(err).__name__}: {err}"}
+                yield p, result
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started_here:
+            ray.shutdown()
+
+
+def _package_root() -> str:
+    import attnum
+
+    return str(Path(attnum.__file__).resolve().parent.parent)
+

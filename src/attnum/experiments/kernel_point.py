@@ -1,0 +1,52 @@
+"""Real kernels at a sweep point: each available kernel's deviation from the float64 golden.
+
+The inputs are the same seeded Q, K, V the emulation sees at that point (``attnum.inputs``), cast to
+the point's native dtype, so the report can put the emulation next to what real kernels do.
+A kernel the machine lacks is recorded as unavailable with the registry's reason, not as an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attnum.experiments.points import Point
+
+
+def point_inputs(point: Point):
+    """(q, k, v) float64 for the point, shaped (B, H, N, d) each: the same seeded samples as compare."""
+    from attnum.inputs import InputSpec, make_qkv
+
+    spec = InputSpec(batch=point.batch, heads=point.heads, seq_len=point.seq_len, head_dim=point.head_dim,
+                     dist=point.dist, logit_scale=float(point.logit_scale), seed=point.seed)
+    return make_qkv(spec)
+
+
+def kernel_deviations(point: Point, *, dtype: torch.dtype, kernels: tuple[str, ...]) -> dict[str, Any]:
+    """``{"kernels": {name: {"available": bool, "reason"|metrics...}}}`` for each named kernel."""
+    from attnum.attention.golden import golden_attention
+    from attnum.formats import get_format
+    from attnum.kernels.registry import get_kernel, kernel_status
+    from attnum.metrics import deviation
+
+    # The kernel sees the inputs rounded to its dtype; the golden is exact attention on those same
+    # values, as in compare (which rounds to the policy's input format first).
+    device = torch.device(point.device)
+    q, k, v = (t.to(dtype) for t in point_inputs(point))
+    golden_BHNd = golden_attention(q.double(), k.double(), v.double(), is_causal=point.causal)
+    fmt = get_format(point.format)
+    out: dict[str, Any] = {}
+    for name in kernels:
+        available, reason = kernel_status(name, point.device)
+        if not available:
+            out[name] = {"available": False, "reason": reason}
+            continue
+        try:
+            o_BHNd = get_kernel(name).fn(q.to(device), k.to(device), v.to(device), is_causal=point.causal)
+        except Exception as err:  # noqa: BLE001 - e.g. a backend that refuses this dtype: say so, go on
+            out[name] = {"available": False, "reason": f"raised {type(err).__name__}: {err}"}
+            continue
+        dev = deviation(o_BHNd.to(device="cpu", dtype=torch.float64), golden_BHNd, fmt=fmt)
+        out[name] = {"available": True, "dtype": str(dtype).removeprefix("torch."), **dev}
+    return {"kernels": out}

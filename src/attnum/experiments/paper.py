@@ -1,0 +1,98 @@
+"""The paper's microbenchmark (Golden et al., arXiv 2405.02803, Figs. 3-6) as built-in sweep specs.
+
+The paper states no N, d, SRAM size or seeds (research notes §1.3), so these are our choices,
+written here once: d = 64, N(0, 1) inputs, tiles Br = Bc = 64 where the figure fixes them, and the
+SRAM sweep M = 4d * Bc (elements) for Bc = 16 .. 512, so that Br = min(Bc, d) caps at d and
+swapping the block dimensions changes Bc. Every figure runs under the ``uniform`` policy (the
+paper's re-implementation) and the ``fa2`` policy (what real kernels do), for variants fa1 and fa2,
+with several seeds.
+
+``quick`` fits in about 5 minutes on 2 CPU cores; ``full`` is the paper's scale (N to 32k, all
+formats, more seeds), meant for a GPU node or a Ray cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnum.experiments.spec import SweepSpec, spec_from_dict
+
+PROFILES = ("quick", "full")
+_D = 64
+_TILE = 64
+_NAMED = ["bf16", "fp16", "fp32", "fp64"]
+
+
+def _sram_for(bc: int) -> int:
+    """M (elements) giving Bc = bc at d = 64 under Algorithm 1's rule Bc = ceil(M / 4d)."""
+    return 4 * _D * bc
+
+
+_PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {
+        "heads": 1,
+        "seeds": [0, 1, 2],
+        "named": _NAMED,
+        "n_fig4": 1024,
+        "n_mantissa": 256,
+        "e8": list(range(3, 24)),
+        "e11": [3, 5, 7, 10, 14, 19, 23, 30, 40, 52],
+        "n_fig5": [256, 512, 1024, 2048, 4096],
+        "fmt_fig5": ["bf16", "fp16"],
+        "n_fig6": 1024,
+        "bc_fig6": [16, 32, 64, 128, 256, 512],
+        "fmt_fig6": _NAMED,
+    },
+    "full": {
+        "heads": 4,
+        "seeds": [0, 1, 2, 3, 4],
+        "named": ["bf16", "fp16", "tf32", "fp32", "fp64"],
+        "extra_fig4": ["e5m2", "e4m3fn"],
+        "n_fig4": 4096,
+        "n_mantissa": 1024,
+        "e8": list(range(3, 24)),
+        "e11": list(range(3, 53)),
+        "n_fig5": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+        "fmt_fig5": ["bf16", "fp16", "tf32", "fp32", "fp64"],
+        "n_fig6": 4096,
+        "bc_fig6": [16, 32, 64, 128, 256, 512, 1024, 2048],
+        "fmt_fig6": _NAMED,
+    },
+}
+
+
+def paper_spec_dict(profile: str) -> dict[str, Any]:
+    """The spec (as TOML-shaped data) for ``profile``."""
+    if profile not in _PROFILES:
+        from attnum.errors import bad_value
+
+        raise bad_value("--profile", profile, f"one of {PROFILES}")
+    p = _PROFILES[profile]
+    both = {"policy": ["uniform", "fa2"], "variant": ["fa1", "fa2"], "seed": p["seeds"]}
+    fixed_tiles = {"block_q": _TILE, "block_k": _TILE}
+    srams = [_sram_for(bc) for bc in p["bc_fig6"]]
+    fig6 = {"format": p["fmt_fig6"], "seq_len": p["n_fig6"], "sram": srams, **both}
+    return {
+        "name": f"paper-{profile}",
+        "description": f"Golden et al. 2024 (arXiv 2405.02803) Figs. 3-6, profile {profile}",
+        "record": ["flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels"],
+        "defaults": {"head_dim": _D, "heads": p["heads"], "batch": 1, "dist": "normal"},
+        "group": [
+            {"name": "fig3", "axes": {"format": p["named"], "seq_len": p["n_fig4"], **fixed_tiles, **both}},
+            {"name": "fig3-e8", "axes": {"format": [f"e8m{y}" for y in p["e8"]], "seq_len": p["n_mantissa"],
+                                         **fixed_tiles, **both}},
+            {"name": "fig3-e11", "axes": {"format": [f"e11m{y}" for y in p["e11"]], "seq_len": p["n_mantissa"],
+                                          **fixed_tiles, **both}},
+            {"name": "fig4", "axes": {"format": p["named"] + p.get("extra_fig4", []), "seq_len": p["n_fig4"],
+                                      **fixed_tiles, **both}},
+            {"name": "fig5", "axes": {"format": p["fmt_fig5"], "seq_len": p["n_fig5"], **fixed_tiles, **both}},
+            {"name": "fig6a", "axes": {**fig6, "swap_blocks": [False, True]}},
+            {"name": "fig6b", "axes": {**fig6, "square": [False, True]}},
+            {"name": "fig6c", "axes": fig6},
+        ],
+    }
+
+
+def paper_spec(profile: str) -> SweepSpec:
+    """The validated spec for ``profile`` (``quick`` or ``full``)."""
+    return spec_from_dict(paper_spec_dict(profile), source=f"attnum reproduce --profile {profile}")

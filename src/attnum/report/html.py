@@ -1,0 +1,169 @@
+"""``report.html``: one self-contained page (figures embedded as data URIs) built from the store.
+
+It reads the store, draws the figures (``report.figures``), computes the findings from the rows
+(``experiments.findings``) and writes tables, the spec and the environment. It never recomputes
+numerics. A small inline script marks ``<body data-figures="loaded/total">`` once every figure has
+decoded, so a headless browser can check the page without a screenshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from attnum.experiments.findings import compute_findings
+from attnum.experiments.results import Row, metric, seed_summary
+from attnum.report.figures import FIGURE_CAPTIONS, draw_all
+from attnum.store import open_store
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f2f2f2} .holds{color:#17692b;font-weight:600} .nothold{color:#a31515;font-weight:600}
+.nottested{color:#777} figure{margin:1em 0} img{max-width:100%;border:1px solid #ddd}
+pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px} code{font-size:12px}
+"""
+_CHECK_SCRIPT = """
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.querySelectorAll('img.figure'));
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute('data-figures', ok + '/' + imgs.length);
+  imgs.forEach(function (i) { if (!(i.complete && i.naturalWidth > 0)) i.classList.add('broken'); });
+});
+"""
+_SUMMARY_METRICS = ("flash_vs_golden.max_abs", "baseline_vs_golden.max_abs", "flash_vs_baseline.max_abs", "ratio.max_abs")
+
+
+def write_report(out_dir: str | Path) -> Path:
+    """Draw the figures and write ``out_dir/report.html``; returns its path."""
+    out_dir = Path(out_dir)
+    with open_store(out_dir) as store:
+        rows = store.rows(status=None)
+        meta, envs, runs, counts = store.meta(), store.environments(), store.runs(), store.counts()
+        spec = store.spec()
+    figures = draw_all(rows, out_dir / "figures")
+    findings = compute_findings(rows)
+    parts = [
+        f"<h1>attnum report: {_e(meta.get('spec_name', '?'))}</h1>",
+        f"<p>Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} from <code>{_e(out_dir)}</code>. "
+        f"Points: {counts['planned']} planned, {counts['done']} done, {counts['failed']} failed, "
+        f"{counts['missing']} missing.</p>",
+        "<h2>Findings</h2>",
+        "<p>Each of the paper's claims checked against these results, per policy and variant. The verdict "
+        "and numbers are computed from the data (rules in <code>attnum.experiments.findings</code>).</p>",
+        _findings_table(findings),
+        "<h2>Figures</h2>",
+        *(_figure(name, paths[0]) for name, paths in figures.items()),
+        "<h2>Real kernels</h2>",
+        _kernel_table(rows),
+        "<h2>Results by group</h2>",
+        *(_group_table(rows, g) for g in _groups(rows)),
+        _failed_table(rows),
+        "<h2>Runs</h2>",
+        _table(["run", "command", "status", "to run", "done", "failed", "executor", "jobs"],
+               [[r["run_id"], r["command"], r["status"], r["n_todo"], r["done"], r["failed"], r["executor"],
+                 r["jobs"]] for r in runs]),
+        "<h2>Environment</h2>",
+        *(f"<pre>{_e(json.dumps(env, indent=2, sort_keys=True))}</pre>" for env in envs.values()),
+        "<h2>Spec</h2>",
+        f"<p>Spec hash <code>{_e(meta.get('spec_hash'))}</code>, from <code>{_e(meta.get('spec_source'))}"
+        f"</code>.</p><details><summary>canonical spec (JSON)</summary><pre>"
+        f"{_e(json.dumps(spec, indent=1))}</pre></details>",
+    ]
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnum report</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_CHECK_SCRIPT}</script></body></html>")
+    path = out_dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return _e(x)
+
+
+def _table(head: list[str], body: list[list[Any]], raw_cols: tuple[int, ...] = ()) -> str:
+    if not body:
+        return "<p><em>none</em></p>"
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    trs = "".join(
+        "<tr>" + "".join(f"<td>{c if i in raw_cols else _num(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+        for row in body
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def _findings_table(findings) -> str:
+    css = {"holds": "holds", "does not hold": "nothold", "not tested": "nottested"}
+    body = [[f.figure, _e(f.claim), _e(f.policy), _e(f.variant),
+             f"<span class='{css[f.verdict]}'>{_e(f.verdict)}</span>", _e(f.measured)] for f in findings]
+    return _table(["figure", "paper's claim", "policy", "variant", "verdict", "measured"], body, raw_cols=(1, 2, 3, 4, 5))
+
+
+def _figure(name: str, png: Path) -> str:
+    data = base64.b64encode(png.read_bytes()).decode()
+    caption = FIGURE_CAPTIONS.get(name, name)
+    return (f"<figure id='{_e(name)}'><img class='figure' alt='{_e(name)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{_e(caption)} SVG: <code>figures/{_e(name)}.svg</code></figcaption></figure>")
+
+
+def _groups(rows: list[Row]) -> list[str]:
+    return list(dict.fromkeys(g for r in rows for g in r["groups"]))
+
+
+def _group_table(rows: list[Row], group: str) -> str:
+    """One line per config (seeds pooled): the fields that vary in the group, medians over seeds."""
+    sub = [r for r in rows if group in r["groups"] and r["kind"] == "compare" and r["status"] == "done"]
+    if not sub:
+        return ""
+    fields = [k for k in sub[0]["config"] if k != "seed" and len({repr(r["config"][k]) for r in sub}) > 1]
+    buckets: dict[tuple, list[Row]] = {}
+    for r in sub:
+        buckets.setdefault(tuple(r["config"][k] for k in fields), []).append(r)
+    body = []
+    for key, rs in buckets.items():
+        cells = list(key)
+        for path in _SUMMARY_METRICS:
+            xs = [v for r in rs if (v := metric(r, path)) is not None]
+            cells.append(seed_summary(xs)["median"] if xs else "")
+        body.append([*cells, len(rs)])
+    head = [*fields, *(f"{m} (median)" for m in _SUMMARY_METRICS), "seeds"]
+    return f"<details><summary>group <b>{_e(group)}</b>: {len(body)} configs</summary>{_table(head, body)}</details>"
+
+
+def _kernel_table(rows: list[Row]) -> str:
+    krows = [r for r in rows if r["kind"] == "kernels" and r["status"] == "done"]
+    if not krows:
+        return "<p><em>no real-kernel points recorded</em></p>"
+    by_kernel: dict[str, dict[str, list[float]]] = {}
+    unavailable: dict[str, str] = {}
+    for r in krows:
+        for name, res in r["metrics"]["kernels"].items():
+            if not res.get("available"):
+                unavailable.setdefault(name, res.get("reason", ""))
+                continue
+            by_kernel.setdefault(name, {}).setdefault(r["config"]["format"], []).append(res["max_abs"])
+    fmts = sorted({f for d in by_kernel.values() for f in d})
+    body = [[name, "available", *(max(d[f]) if f in d else "" for f in fmts)] for name, d in sorted(by_kernel.items())]
+    body += [[name, f"unavailable: {reason}", *([""] * len(fmts))] for name, reason in sorted(unavailable.items())
+             if name not in by_kernel]
+    return ("<p>Worst max |kernel - golden| over all kernel points, per format (inputs cast to the format's "
+            "torch dtype).</p>" + _table(["kernel", "status", *fmts], body))
+
+
+def _failed_table(rows: list[Row]) -> str:
+    bad = [r for r in rows if r["status"] == "failed"]
+    if not bad:
+        return ""
+    body = [[r["kind"], json.dumps({k: v for k, v in r["config"].items() if v is not None}), r["error"]] for r in bad]
+    return "<h2>Failed points</h2>" + _table(["kind", "config", "error"], body)

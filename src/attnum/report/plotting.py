@@ -1,0 +1,89 @@
+"""Shared plotting conventions: Agg backend, styles, seed-spread lines, PNG+SVG saving.
+
+Conventions used by every figure: colour = format (or policy when the x axis is the format),
+line style = variant (fa2 solid, fa1 dashed), one panel per policy; the line is the median over
+seeds and the shaded band the min..max over seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+VARIANT_STYLE = {"fa2": "-", "fa1": "--"}
+POLICY_MARKER = {"uniform": "o", "fa2": "s", "torch-cpu": "^"}
+POLICY_COLOR = {"uniform": "tab:purple", "fa2": "tab:green", "torch-cpu": "tab:gray"}
+_FORMAT_COLORS = ["tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
+
+
+def format_color(fmt: str, order: list[str]) -> str:
+    return _FORMAT_COLORS[order.index(fmt) % len(_FORMAT_COLORS)] if fmt in order else "black"
+
+
+def panels(n: int, *, title: str, width: float = 5.0, height: float = 3.8, rows: int = 1):
+    """A figure with ``rows`` x ``n`` axes (always a 2-D array), titled."""
+    fig, axes = plt.subplots(rows, n, figsize=(width * n, height * rows), squeeze=False)
+    fig.suptitle(title)
+    return fig, axes
+
+
+def spread_line(ax, pts: list[tuple[Any, dict]], *, label: str, color: str, linestyle: str = "-",
+                marker: str | None = "o", alpha: float = 1.0, lw: float = 1.6, key: str = "median") -> None:
+    """Median over seeds as a line, min..max over seeds as a band."""
+    if not pts:
+        return
+    xs = [x for x, _ in pts]
+    ys = [s[key] for _, s in pts]
+    ax.plot(xs, ys, linestyle=linestyle, marker=marker, color=color, label=label, alpha=alpha, lw=lw, ms=4)
+    if any(s["n"] > 1 for _, s in pts) and key == "median":
+        ax.fill_between(xs, [s["min"] for _, s in pts], [s["max"] for _, s in pts], color=color,
+                        alpha=0.15 * alpha, lw=0)
+
+
+def style_legend(ax, *, formats: list[str] = (), order: list[str] = (), variants: list[str] = (),
+                 extra: list[tuple[str, dict]] = ()) -> None:
+    """One compact legend: a colour per format, a line style per variant, plus extra entries."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=format_color(f, list(order)), lw=2, label=f) for f in formats]
+    handles += [Line2D([], [], color="black", linestyle=VARIANT_STYLE.get(v, ":"), label=f"variant {v}")
+                for v in variants]
+    handles += [Line2D([], [], label=label, **kw) for label, kw in extra]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def log_y(ax) -> None:
+    """Log y axis when the data are positive (errors span decades), else symlog around zero."""
+    lo = min((min(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata())), default=1.0)
+    if lo > 0:
+        ax.set_yscale("log")
+    else:
+        ax.set_yscale("symlog", linthresh=1e-16)
+
+
+def finish(ax, *, xlabel: str, ylabel: str, title: str = "", legend: bool = True) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    if legend and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, ncol=1 if len(ax.get_legend_handles_labels()[0]) < 8 else 2)
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    """Write NAME.png and NAME.svg; returns both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    paths = []
+    for ext in ("png", "svg"):
+        path = out_dir / f"{name}.{ext}"
+        fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        paths.append(path)
+    plt.close(fig)
+    return paths
