@@ -8,7 +8,8 @@ A spec is one of
 - ``"flash:POLICY"``: attnum's FlashAttention re-implementation under ``POLICY`` (any string
   ``attnum.policy.parse_policy`` accepts, e.g. ``flash:fp32``, ``flash:fa2:bf16,acc=fp16``); trainable
   through the recomputing backward in ``attnum.attention.flash_backward``;
-- ``"baseline:POLICY"`` / ``"golden"``: the emulated baseline / float64 golden (forward only);
+- ``"baseline:POLICY"``: standard attention rounded per policy at every site, trainable (gradients
+  rounded at the same sites); ``"golden"``: float64 attention;
 - a real kernel name from ``attnum.kernels.registry`` (``torch-sdpa-flash``, ``torch-sdpa-math``, ...).
 
 Shapes: q (B, H, N, d), k (B, G, S, d), v (B, G, S, dv) -> out (B, H, N, dv) in ``query.dtype``.
@@ -64,10 +65,12 @@ def _reimplementation(kind: str, policy: str | None, **tiles) -> SdpaFn:
             out = flash_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                                   policy=policy, **tiles)
         elif kind == "baseline":
-            from attnum.attention.baseline import baseline_attention
+            # The differentiable twin of baseline_attention: round_to's torch.round has zero gradient.
+            from attnum.policy import parse_policy
+            from attnum.training.grad_compare import baseline_attention_differentiable
 
-            out = baseline_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                     scale=scale, policy=policy)
+            out = baseline_attention_differentiable(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                                    scale=scale, policy=parse_policy(policy))
         else:
             from attnum.attention.golden import golden_attention
 

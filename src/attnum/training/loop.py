@@ -44,8 +44,13 @@ class RunConfig:
     block_k: int | None = None
     precision: str = "fp32"
     device: str = "cpu"
+    # Intra-op threads while training. 1 by default: on tensors this small, thread synchronisation
+    # costs more than it saves, and it collapses (10-50x slower steps) when other jobs share the cores.
+    threads: int | None = 1
 
     def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads={self.threads} must be positive or None (torch's default)")
         if not self.name or "/" in self.name:
             raise bad_value("name", self.name, "a non-empty name without '/'")
         if self.steps <= 0 or self.ckpt_every <= 0:
@@ -84,6 +89,17 @@ def build_model(cfg: RunConfig, workload: Workload) -> torch.nn.Module:
 
 def train(cfg: RunConfig, out_dir: Path) -> RunResult:
     """Train, writing ``out_dir/<name>/ckpt/step_XXXXXX.safetensors`` and ``log.json``."""
+    if cfg.threads is None:
+        return _train(cfg, out_dir)
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        return _train(cfg, out_dir)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(cfg: RunConfig, out_dir: Path) -> RunResult:
     rank, world = _rank_world()
     workload = Workload(cfg.workload)
     model = build_model(cfg, workload)
