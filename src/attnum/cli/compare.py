@@ -67,7 +67,7 @@ def print_result(result: dict) -> None:
     for pair in PAIRS:
         m = result["metrics"][pair]
         table.add_row(pair, *(f"{m[c]:.3e}" if c != "cosine" else f"{m[c]:.9f}" for c in COLUMNS))
-    console = Console()
+    console = Console(width=max(Console().width, 150))
     console.print(table)
     r = result["ratio"]
     console.print(f"flash/baseline error vs golden: max_abs {r['max_abs']:.3g}x, mean_abs {r['mean_abs']:.3g}x, "

@@ -46,4 +46,4 @@ def register(app: typer.Typer) -> None:
             table.add_row(r["format"], str(r["seq_len"]), str(r["kv_tiles"]), f"{r['max_ulp']:.2f}",
                           f"{r['mean_ulp']:.4f}", f"{100 * r['identical']:.2f}%",
                           f"{r['emulation_vs_golden']:.3e}", f"{r['kernel_vs_golden']:.3e}")
-        Console().print(table)
+        Console(width=max(Console().width, 150)).print(table)

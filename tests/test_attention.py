@@ -1,0 +1,189 @@
+"""golden, baseline and flash against float64 references; tolerances derived from the formats."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnum import baseline_attention, flash_attention, golden_attention, round_to
+from attnum.attention.masks import causal_bool
+from attnum.errors import AttnumInputError
+from attnum.inputs import InputSpec, make_qkv
+from attnum.metrics import deviation
+from attnum.policy import SITES, parse_policy, uniform
+
+
+def qkv(N=64, S=None, H=4, G=None, d=16, seed=0, device="cpu"):
+    return make_qkv(InputSpec(heads=H, kv_heads=G, seq_len=N, kv_len=S, head_dim=d, seed=seed), device=device)
+
+
+def reference(q, k, v, bias):
+    """Textbook float64 attention on a (B, H, N, S) additive bias; empty rows -> 0."""
+    H = q.shape[1]
+    k = k.repeat_interleave(H // k.shape[1], dim=1)
+    v = v.repeat_interleave(H // v.shape[1], dim=1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
+    p = torch.softmax(s, dim=-1)
+    return torch.nan_to_num(p, nan=0.0) @ v
+
+
+def test_golden_matches_textbook_with_masks_and_gqa(device):
+    q, k, v = qkv(N=37, S=53, H=6, G=2, device=device)
+    keep = torch.rand(37, 53, generator=torch.Generator().manual_seed(1)) > 0.3
+    keep[5] = False  # one fully masked row
+    bias = torch.zeros(37, 53, dtype=torch.float64).masked_fill(~keep, -math.inf).to(device)
+    out = golden_attention(q, k, v, attn_mask=keep.to(device))
+    torch.testing.assert_close(out, reference(q, k, v, bias), rtol=0, atol=1e-14)
+    assert torch.all(out[:, :, 5] == 0)
+    add = torch.randn(1, 6, 37, 53, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).to(device)
+    torch.testing.assert_close(golden_attention(q, k, v, attn_mask=add), reference(q, k, v, add), rtol=0, atol=1e-14)
+
+
+def test_golden_causal_is_top_left_and_lse(device):
+    q, k, v = qkv(N=20, S=30, device=device)
+    bias = torch.zeros(20, 30, dtype=torch.float64, device=device).masked_fill(~causal_bool(20, 30, device=device), -math.inf)
+    out, lse = golden_attention(q, k, v, is_causal=True, return_lse=True)
+    torch.testing.assert_close(out, reference(q, k, v, bias), rtol=0, atol=1e-14)
+    s = q @ k.transpose(-1, -2) / 4 + bias
+    torch.testing.assert_close(lse, torch.logsumexp(s, dim=-1), rtol=0, atol=1e-13)
+
+
+CASES = [
+    dict(N=1, S=1, block_k=16),
+    dict(N=63, S=65, block_k=16),
+    dict(N=129, S=129, block_k=64, variant="fa1"),
+    dict(N=100, S=1000, block_k=128, kv_order="reverse"),
+    dict(N=65, S=65, block_k=8, kv_order="random:3", causal=True),
+    dict(N=64, S=200, G=2, block_k=32, causal=True, variant="fa1"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_fp64_policy_matches_golden(case, device):
+    case = dict(case)
+    causal = case.pop("causal", False)
+    q, k, v = qkv(N=case.pop("N"), S=case.pop("S"), G=case.pop("G", None), device=device)
+    gold = golden_attention(q, k, v, is_causal=causal)
+    flash = flash_attention(q, k, v, is_causal=causal, policy="fp64", **case)
+    base = baseline_attention(q, k, v, is_causal=causal, policy="fp64")
+    assert deviation(flash, gold)["max_abs"] <= 1e-12
+    assert deviation(base, gold)["max_abs"] <= 1e-12
+
+
+def test_fully_masked_rows_give_zero_and_minus_inf_lse():
+    q, k, v = qkv(N=8, S=40)
+    keep = torch.ones(8, 40, dtype=torch.bool)
+    keep[2] = False
+    keep[3, :17] = False  # first tiles of this row see nothing
+    for policy in ("fp64", "fa2:bf16", "uniform:fp16"):
+        for variant in ("fa1", "fa2"):
+            out, lse = flash_attention(q, k, v, attn_mask=keep, policy=policy, block_k=8, variant=variant,
+                                       return_lse=True)
+            assert torch.all(out[:, :, 2] == 0) and torch.all(torch.isfinite(out))
+            assert torch.all(lse[:, :, 2] == -math.inf)
+        assert torch.all(baseline_attention(q, k, v, attn_mask=keep, policy=policy)[:, :, 2] == 0)
+
+
+def test_every_site_is_a_rounding_site():
+    """Coarsening one site at a time (everything else fp64) changes the result: no site is dead."""
+    q, k, v = qkv(N=48, S=96)
+    exact = flash_attention(q, k, v, policy="fp64", block_k=16)
+    base_exact = baseline_attention(q, k, v, policy="fp64")
+    for site in SITES:
+        pol = uniform("fp64").with_overrides(**{site: "e3m4"})
+        assert not torch.equal(flash_attention(q, k, v, policy=pol, block_k=16), exact), site
+        if site != "rescale":  # the baseline has no online rescaling
+            assert not torch.equal(baseline_attention(q, k, v, policy=pol), base_exact), site
+
+
+def test_out_site_is_one_correct_rounding():
+    q, k, v = qkv(N=32, S=64)
+    pol = uniform("fp64").with_overrides(out="bf16")
+    exact = flash_attention(q, k, v, policy="fp64", block_k=16)
+    assert torch.equal(flash_attention(q, k, v, policy=pol, block_k=16), round_to(exact, "bf16"))
+
+
+def test_only_bc_matters_in_the_forward():
+    q, k, v = qkv(N=256, S=256)
+    a = flash_attention(q, k, v, policy="uniform:bf16", block_q=16, block_k=64)
+    b = flash_attention(q, k, v, policy="uniform:bf16", block_q=128, block_k=64)
+    c = flash_attention(q, k, v, policy="uniform:bf16", block_q=16, block_k=32)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("N", [512, 2048])
+def test_fa2_policy_within_flashattention_test_bound(fmt, N):
+    """FlashAttention's own acceptance rule: err(flash) <= 2 err(baseline) + a few output ULPs."""
+    q, k, v = qkv(N=N, H=2, d=64, seed=N)
+    pol = parse_policy(f"fa2:{fmt}")
+    q, k, v = (round_to(x, pol.inputs) for x in (q, k, v))
+    gold = golden_attention(q, k, v)
+    err_f = deviation(flash_attention(q, k, v, policy=pol, block_k=128), gold)["max_abs"]
+    err_b = deviation(baseline_attention(q, k, v, policy=pol), gold)["max_abs"]
+    floor = 4 * pol.out.eps * gold.abs().max().item()
+    assert err_f <= 2 * err_b + floor, (err_f, err_b, floor)
+
+
+def test_emulated_matmul_accumulator_matches_sequential_sum():
+    q, k, v = qkv(N=4, S=8, H=1, d=16)
+    pol = uniform("fp64").with_overrides(matmul_acc="fp16", reduction_chunk=4)
+    from attnum.attention.steps import matmul
+
+    got = matmul(q, k.transpose(-1, -2), pol)
+    want = torch.zeros(1, 1, 4, 8, dtype=torch.float64)
+    for c0 in range(0, 16, 4):
+        part = (q[..., c0:c0 + 4, None] * k.transpose(-1, -2)[..., c0:c0 + 4, :].unsqueeze(-3)).sum(-2)
+        want = round_to(want + part, "fp16")
+    assert torch.equal(got, want)
+    assert not torch.equal(got, q @ k.transpose(-1, -2))
+
+
+def test_float32_carrier_for_narrow_policies():
+    assert parse_policy("fa2:bf16").carrier == torch.float32
+    assert parse_policy("uniform:e4m3fn").carrier == torch.float32
+    assert parse_policy("uniform:e8m30").carrier == torch.float64
+    assert parse_policy("fa2:bf16,matmul_acc=exact").carrier == torch.float64
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k=torch.zeros(1, 4, 8, 15)), "head dim"),
+    (dict(attn_mask=torch.ones(3, 8, 8, dtype=torch.bool)), "attn_mask.shape"),
+    (dict(k=torch.zeros(1, 3, 8, 16), v=torch.zeros(1, 3, 8, 16)), "kv heads"),
+    (dict(block_k=0), "block_k=0"),
+    (dict(variant="fa3"), "variant="),
+    (dict(sram=1000, block_k=4), "sram="),
+    (dict(kv_order="sideways"), "kv_order="),
+    (dict(policy="fa9:bf16"), "policy="),
+])
+def test_bad_input_names_the_parameter(kwargs, match):
+    args = dict(q=torch.zeros(1, 4, 8, 16), k=torch.zeros(1, 4, 8, 16), v=torch.zeros(1, 4, 8, 16))
+    for name in ("k", "v"):
+        if name in kwargs:
+            args[name] = kwargs.pop(name)
+    with pytest.raises(AttnumInputError, match=match):
+        flash_attention(args["q"], args["k"], args["v"], **kwargs)
+
+
+def test_nan_and_inf_are_data():
+    q, k, v = qkv(N=8, S=8)
+    v[0, 0, 3, 0] = math.nan
+    out = flash_attention(q, k, v, policy="fa2:bf16", block_k=4)
+    assert torch.isnan(out[0, 0, :, 0]).all() and torch.isfinite(out[0, 0, :, 1:]).all()
+
+
+@pytest.mark.slow
+def test_golden_long_sequence_memory_under_2gb():
+    code = (
+        "import resource, torch; from attnum import golden_attention\n"
+        "q = torch.randn(1, 1, 32768, 128, dtype=torch.float64)\n"
+        "out = golden_attention(q, q, q)\n"
+        "assert torch.isfinite(out).all()\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    peak_kb = int(res.stdout.strip().splitlines()[-1])
+    assert peak_kb < 2 * 1024 * 1024, f"peak RSS {peak_kb / 1024:.0f} MiB"
