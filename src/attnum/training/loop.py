@@ -70,6 +70,7 @@ class RunResult:
     ckpt_dir: Path
     losses: list[float]  # one per optimizer step, mean over ranks
     wall_s: float
+    final_state: dict = field(default_factory=dict, repr=False)  # this rank's weights after the last step
 
 
 def _rank_world() -> tuple[int, int]:
@@ -140,7 +141,8 @@ def _train(cfg: RunConfig, out_dir: Path) -> RunResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         log = {"config": _jsonable(asdict(cfg)), "losses": losses, "wall_s": wall, "world_size": world}
         (run_dir / "log.json").write_text(json.dumps(log, indent=1))
-    return RunResult(name=cfg.name, ckpt_dir=ckpt_dir, losses=losses, wall_s=wall)
+    return RunResult(name=cfg.name, ckpt_dir=ckpt_dir, losses=losses, wall_s=wall,
+                     final_state={k: v.detach().cpu().clone() for k, v in inner.state_dict().items()})
 
 
 def _jsonable(obj):
