@@ -2,13 +2,14 @@
 
 The paper states no N, d, SRAM size or seeds (research notes §1.3), so these are our choices,
 written here once: d = 64, N(0, 1) inputs, tiles Br = Bc = 64 where the figure fixes them, and the
-SRAM sweep M = 4d * Bc (elements) for Bc = 16 .. 512, so that Br = min(Bc, d) caps at d and
+SRAM sweep M = 4d * Bc (elements) for Bc = 16 .. 512 (quick), so that Br = min(Bc, d) caps at d and
 swapping the block dimensions changes Bc. Every figure runs under the ``uniform`` policy (the
 paper's re-implementation) and the ``fa2`` policy (what real kernels do), for variants fa1 and fa2,
 with several seeds.
 
 ``quick`` fits in about 5 minutes on 2 CPU cores; ``full`` is the paper's scale (N to 32k, all
-formats, more seeds), meant for a GPU node or a Ray cluster.
+formats, more seeds), meant for a GPU node or a Ray cluster; ``smoke`` runs every group at toy
+sizes in seconds (tests and CI).
 """
 
 from __future__ import annotations
@@ -17,19 +18,19 @@ from typing import Any
 
 from attnum.experiments.spec import SweepSpec, spec_from_dict
 
-PROFILES = ("quick", "full")
-_D = 64
-_TILE = 64
+PROFILES = ("quick", "full", "smoke")
 _NAMED = ["bf16", "fp16", "fp32", "fp64"]
 
 
-def _sram_for(bc: int) -> int:
-    """M (elements) giving Bc = bc at d = 64 under Algorithm 1's rule Bc = ceil(M / 4d)."""
-    return 4 * _D * bc
+def _sram_for(bc: int, d: int) -> int:
+    """M (elements) giving Bc = bc at head dim d under Algorithm 1's rule Bc = ceil(M / 4d)."""
+    return 4 * d * bc
 
 
 _PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
+        "head_dim": 64,
+        "tile": 64,
         "heads": 1,
         "seeds": [0, 1, 2],
         "named": _NAMED,
@@ -44,6 +45,8 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "fmt_fig6": _NAMED,
     },
     "full": {
+        "head_dim": 64,
+        "tile": 64,
         "heads": 4,
         "seeds": [0, 1, 2, 3, 4],
         "named": ["bf16", "fp16", "tf32", "fp32", "fp64"],
@@ -58,6 +61,23 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "bc_fig6": [16, 32, 64, 128, 256, 512, 1024, 2048],
         "fmt_fig6": _NAMED,
     },
+    # Seconds, not minutes: the same groups, figures and findings at toy sizes, for tests and CI.
+    "smoke": {
+        "head_dim": 16,
+        "tile": 16,
+        "heads": 1,
+        "seeds": [0, 1],
+        "named": _NAMED,
+        "n_fig4": 128,
+        "n_mantissa": 64,
+        "e8": [3, 7, 12, 23],
+        "e11": [3, 10, 30, 52],
+        "n_fig5": [64, 128, 256],
+        "fmt_fig5": ["bf16"],
+        "n_fig6": 128,
+        "bc_fig6": [4, 16, 64],
+        "fmt_fig6": ["bf16", "fp32"],
+    },
 }
 
 
@@ -69,14 +89,14 @@ def paper_spec_dict(profile: str) -> dict[str, Any]:
         raise bad_value("--profile", profile, f"one of {PROFILES}")
     p = _PROFILES[profile]
     both = {"policy": ["uniform", "fa2"], "variant": ["fa1", "fa2"], "seed": p["seeds"]}
-    fixed_tiles = {"block_q": _TILE, "block_k": _TILE}
-    srams = [_sram_for(bc) for bc in p["bc_fig6"]]
+    fixed_tiles = {"block_q": p["tile"], "block_k": p["tile"]}
+    srams = [_sram_for(bc, p["head_dim"]) for bc in p["bc_fig6"]]
     fig6 = {"format": p["fmt_fig6"], "seq_len": p["n_fig6"], "sram": srams, **both}
     return {
         "name": f"paper-{profile}",
         "description": f"Golden et al. 2024 (arXiv 2405.02803) Figs. 3-6, profile {profile}",
         "record": ["flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels"],
-        "defaults": {"head_dim": _D, "heads": p["heads"], "batch": 1, "dist": "normal"},
+        "defaults": {"head_dim": p["head_dim"], "heads": p["heads"], "batch": 1, "dist": "normal"},
         "group": [
             {"name": "fig3", "axes": {"format": p["named"], "seq_len": p["n_fig4"], **fixed_tiles, **both}},
             {"name": "fig3-e8", "axes": {"format": [f"e8m{y}" for y in p["e8"]], "seq_len": p["n_mantissa"],

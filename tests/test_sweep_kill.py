@@ -1,0 +1,83 @@
+"""Interruptions: kill -9 mid-sweep, then resume, gives exactly one row per point; Ctrl-C ends cleanly."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+
+from _sweep_helpers import popen_cli, run_cli, write_spec
+
+from attnum.store import DB_NAME, open_store
+
+SLOW_SPEC = """
+name = "slow"
+record = ["flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline"]
+[defaults]
+heads = 1
+head_dim = 32
+block_q = 16
+block_k = 16
+[axes]
+format = ["e6m5", "e5m7"]
+policy = ["uniform"]
+seq_len = [160, 224]
+seed = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+"""
+N_POINTS = 40
+
+
+def _done_rows(db) -> int:
+    try:
+        con = sqlite3.connect(db, timeout=5)
+        return con.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def _wait_for_rows(proc, db, n, timeout=120.0) -> int:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        rows = _done_rows(db)
+        if rows >= n:
+            return rows
+        assert proc.poll() is None, f"sweep ended before it could be interrupted: {proc.stderr.read()}"
+        time.sleep(0.02)
+    raise AssertionError(f"no {n} rows within {timeout}s")
+
+
+def test_sigkill_then_resume_one_row_per_point(tmp_path):
+    spec, out = write_spec(tmp_path, SLOW_SPEC), tmp_path / "out"
+    proc = popen_cli("sweep", spec, "--out", out, "--quiet")
+    _wait_for_rows(proc, out / DB_NAME, 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    after_kill = _done_rows(out / DB_NAME)
+    assert 5 <= after_kill < N_POINTS, "the kill must land mid-sweep for this test to mean anything"
+
+    resumed = run_cli("sweep", spec, "--out", out, "--quiet")
+    assert f"{N_POINTS} points planned, {after_kill} already done, {N_POINTS - after_kill} run" in resumed.stdout
+    with open_store(out) as store:
+        keys = [r["key"] for r in store.rows(status=None)]
+        assert len(keys) == len(set(keys)) == N_POINTS
+        assert store.counts() == {"planned": N_POINTS, "done": N_POINTS, "failed": 0, "missing": 0}
+        runs = store.runs()
+    assert [r["status"] for r in runs] == ["running", "complete"]  # the killed run never got to say so
+    con = sqlite3.connect(out / DB_NAME)
+    assert con.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM points").fetchone() == (N_POINTS, N_POINTS)
+
+
+def test_ctrl_c_with_jobs2_marks_run_interrupted_and_resumes(tmp_path):
+    spec, out = write_spec(tmp_path, SLOW_SPEC), tmp_path / "out"
+    proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2")
+    _wait_for_rows(proc, out / DB_NAME, 3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) in (1, 130)  # click turns Ctrl-C into Abort (1); attnum's own path gives 130
+    with open_store(out) as store:
+        (run,) = store.runs()
+        assert run["status"] == "interrupted"
+        done_before = store.counts()["done"]
+    assert done_before < N_POINTS
+    run_cli("sweep", spec, "--out", out, "--quiet")
+    with open_store(out) as store:
+        assert store.counts() == {"planned": N_POINTS, "done": N_POINTS, "failed": 0, "missing": 0}

@@ -1,0 +1,121 @@
+"""Running sweeps: stored numbers equal a direct computation, failures are data, jobs=2 agrees with jobs=1."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, run_cli, write_spec
+
+from attnum.attention import golden_attention
+from attnum.executors import SweepOptions, run_sweep
+from attnum.experiments.compare import run_compare
+from attnum.experiments.kernel_point import point_inputs
+from attnum.experiments.point_runner import compare_config
+from attnum.experiments.points import Point
+from attnum.experiments.spec import load_spec, spec_from_dict
+from attnum.store import open_store
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tiny")
+    spec = load_spec(write_spec(tmp))
+    summary = run_sweep(spec, SweepOptions(out=tmp / "out", jobs=1, quiet=True))
+    return spec, summary, tmp / "out"
+
+
+def test_every_point_stored_once_with_core_numbers(tiny_run):
+    spec, summary, out = tiny_run
+    assert (summary.planned, summary.ran, summary.failed) == (TINY_COMPARE_POINTS + TINY_KERNEL_POINTS,) * 2 + (0,)
+    with open_store(out) as store:
+        rows = store.rows()
+    assert len(rows) == len({r["key"] for r in rows}) == summary.planned
+    for row in rows[:: 5]:
+        if row["kind"] != "compare":
+            continue
+        direct = run_compare(compare_config(Point(**row["config"])))
+        for pair in ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline"):
+            assert row["metrics"][pair]["max_abs"] == direct["metrics"][pair]["max_abs"]
+        assert row["metrics"]["tiles"] == direct["tiles"]
+
+
+def test_kernel_rows_match_sdpa_against_float64_golden(tiny_run):
+    _, _, out = tiny_run
+    with open_store(out) as store:
+        krows = store.rows(kind="kernels")
+    assert len(krows) == TINY_KERNEL_POINTS
+    row = krows[0]
+    point = Point(**row["config"])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[point.format]
+    q, k, v = (t.to(dtype) for t in point_inputs(point))
+    golden = golden_attention(q.double(), k.double(), v.double())
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        out_math = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    expect = (out_math.double() - golden).abs().max().item()
+    got = row["metrics"]["kernels"]["torch-sdpa-math"]
+    assert got["available"] and got["max_abs"] == expect
+    # CUDA-only backends are listed as unavailable with a reason, not as errors.
+    if not torch.cuda.is_available():
+        assert row["metrics"]["kernels"]["torch-sdpa-cudnn"]["available"] is False
+        assert "cuda" in row["metrics"]["kernels"]["torch-sdpa-cudnn"]["reason"]
+
+
+def test_resume_skips_done_points(tiny_run):
+    spec, summary, out = tiny_run
+    again = run_sweep(spec, SweepOptions(out=out, jobs=1, quiet=True))
+    assert (again.skipped, again.ran) == (summary.planned, 0)
+
+
+def test_failing_point_recorded_and_sweep_continues(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA so that device='cuda' points fail")
+    spec = spec_from_dict({"name": "f", "record": ["flash_vs_golden"], "defaults": {"heads": 1, "head_dim": 8},
+                           "axes": {"seq_len": [8, 16], "device": ["cpu", "cuda"], "format": "fp32"}})
+    summary = run_sweep(spec, SweepOptions(out=tmp_path, quiet=True))
+    assert (summary.planned, summary.failed) == (4, 2)
+    with open_store(tmp_path) as store:
+        failed = store.rows(status="failed")
+        assert {r["config"]["device"] for r in failed} == {"cuda"}
+        assert all("CUDA is not available" in r["error"] for r in failed)
+        assert store.counts()["done"] == 2
+        # On resume the failed points are tried again (and fail again), still one row each.
+        again = run_sweep(spec, SweepOptions(out=tmp_path, quiet=True))
+        assert (again.ran, again.failed) == (2, 2)
+        assert store.counts() == {"planned": 4, "done": 2, "failed": 2, "missing": 0}
+
+
+def test_jobs2_process_pool_stores_the_same_numbers(tiny_run, tmp_path):
+    spec, _, out = tiny_run
+    run_cli("sweep", write_spec(tmp_path), "--out", tmp_path / "out2", "--jobs", "2", "--quiet")
+    with open_store(out) as a, open_store(tmp_path / "out2") as b:
+        ra = {r["key"]: r["metrics"] for r in a.rows()}
+        rb = {r["key"]: r["metrics"] for r in b.rows()}
+        workers = {r["worker"] for r in b.rows()}
+    strip = lambda m: {k: v for k, v in m.items() if k != "timing_s"}  # noqa: E731
+    assert {k: strip(v) for k, v in ra.items()} == {k: strip(v) for k, v in rb.items()}
+    assert len(workers) == 2  # two worker processes did the work
+
+
+def test_runs_and_export(tiny_run, tmp_path, capsys):
+    _, summary, out = tiny_run
+    assert cli("runs", out) == 0
+    assert f"{summary.planned}/{summary.planned} points done (100.0%)" in capsys.readouterr().out
+    path = tmp_path / "p.csv"
+    assert cli("export", out, "--to", "csv", "-o", path) == 0
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == summary.planned
+    compare = [r for r in rows if r["kind"] == "compare"]
+    assert all(float(r["metrics.flash_vs_golden.max_abs"]) > 0 for r in compare)
+    assert {r["env.torch"] for r in rows} == {torch.__version__}
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow not installed (attnum[parquet])")
+    assert cli("export", out, "--to", "parquet", "-o", tmp_path / "p.parquet") == 0
+    table = pq.read_table(tmp_path / "p.parquet")
+    assert table.num_rows == summary.planned
+    assert sorted(table.column("metrics.flash_vs_golden.max_abs").to_pylist(), key=str) == sorted(
+        (float(r["metrics.flash_vs_golden.max_abs"]) if r["metrics.flash_vs_golden.max_abs"] else None for r in rows),
+        key=str)
