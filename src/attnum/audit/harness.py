@@ -1,0 +1,188 @@
+"""What a probe works with: the target, the references, the rule, and the shape of its result.
+
+A probe is a function ``run(ctx) -> list[Case]``: it builds adversarial inputs (float64, then cast
+to ``ctx.dtype``), asks ``ctx.check`` (forward) or ``ctx.check_grad`` (backward) for a verdict per
+case, and returns them. The runner turns the worst case into the probe's row.
+
+Shapes: q (B, H, N, d), k (B, G, S, d), v (B, G, S, dv).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from attnum.audit import reference
+from attnum.audit.verdict import SEVERITY, Verdict, judge
+from attnum.formats import FloatFormat
+
+EMPTY_ROW_CONVENTIONS = ("zeros", "nan")
+PROBE_KINDS = ("forward", "backward", "behaviour")
+
+
+# Messages with which torch refuses an input a backend does not implement (not a bug: a limit).
+_REFUSALS = ("No available kernel", "No viable backend", "not implemented for", "not supported")
+
+
+def raised(exc: BaseException) -> Verdict:
+    """The verdict for a kernel that raised: "unsupported" for a declared limitation, else "error"."""
+    msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    refused = isinstance(exc, NotImplementedError) or any(r in str(exc) for r in _REFUSALS)
+    nan = math.nan
+    return Verdict(status="unsupported" if refused else "error", target_error=nan, baseline_error=nan,
+                   bound=nan, note=msg)
+
+
+def _err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |x - ref| over finite ref, inf if x is non-finite there (a baseline's own error)."""
+    fin = torch.isfinite(ref)
+    d = (x - ref)[fin].abs()
+    return float(d.nan_to_num(nan=math.inf).max()) if d.numel() else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One input the probe tried and its verdict."""
+
+    label: str
+    verdict: Verdict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """A catalogue entry: one documented bug class and the function that hunts for it."""
+
+    name: str
+    summary: str
+    refs: tuple[str, ...]
+    run: Callable[["ProbeContext"], list[Case]]
+    kind: str = "forward"
+    default: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").isalnum():
+            raise ValueError(f"{self.name=} must be a non-empty kebab-case word")
+        if self.kind not in PROBE_KINDS:
+            raise ValueError(f"{self.kind=} must be one of {PROBE_KINDS}")
+        if not self.refs:
+            raise ValueError(f"probe {self.name!r} must cite the documented bug it models (refs)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeContext:
+    """Everything a probe needs; immutable so probes cannot leak state into one another."""
+
+    target: Callable[..., torch.Tensor]
+    dtype: torch.dtype
+    fmt: FloatFormat
+    device: str = "cpu"
+    k: float = 2.0
+    k_grad: float = 5.0
+    floor_ulps: float = 2.0
+    strict: bool = False
+    empty_rows: str = "zeros"
+    seed: int = 0
+    behaviour: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.empty_rows not in EMPTY_ROW_CONVENTIONS:
+            raise ValueError(f"{self.empty_rows=} must be one of {EMPTY_ROW_CONVENTIONS}")
+        if self.k <= 0 or self.k_grad <= 0 or self.floor_ulps < 0:
+            raise ValueError(f"{self.k=} and {self.k_grad=} must be positive, {self.floor_ulps=} >= 0")
+
+    def as_behaviour(self) -> "ProbeContext":
+        """The same context whose failures are reported as notes unless --strict."""
+        return replace(self, behaviour=True)
+
+    def generator(self, salt: int = 0) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + salt)
+
+    def randn(self, *shape: int, salt: int = 0) -> torch.Tensor:
+        """Seeded float64 N(0, 1) on CPU; probes scale and shift it."""
+        return torch.randn(*shape, generator=self.generator(salt), dtype=torch.float64)
+
+    def cast(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Round float64 inputs to the audited dtype (the values every reference then sees)."""
+        return tuple(x.to(self.dtype) for x in xs)
+
+    def call(self, q, k, v, **kw) -> torch.Tensor:
+        """Run the target on the device; the result comes back as a float64 CPU tensor."""
+        dev = self.device
+        mask = kw.pop("attn_mask", None)
+        mask = mask.to(dev) if mask is not None else None
+        out = self.target(q.to(dev), k.to(dev), v.to(dev), attn_mask=mask, **kw)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"target returned {type(out).__name__}, expected a Tensor")
+        return out.detach().to("cpu", torch.float64)
+
+    def finish(self, label: str, v: Verdict) -> Case:
+        if self.behaviour and v.status == "fail" and not self.strict:
+            v = replace(v, status="note", note=(v.note + "; " if v.note else "") + "fails under --strict")
+        return Case(label=label, verdict=v)
+
+    def expected(self, q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> torch.Tensor:
+        """Golden output, with empty rows set to NaN when that is the declared convention."""
+        g = reference.golden(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        if self.empty_rows == "nan":
+            empty = reference.empty_rows(attn_mask, is_causal, q.shape[-2], k.shape[-2], tuple(g.shape))
+            g = g.masked_fill(empty.unsqueeze(-1), math.nan)
+        return g
+
+    def check(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
+              enable_gqa=False, clean=None, out=None) -> Case:
+        """Verdict for one forward case. ``clean`` = (q, k, v) whose golden stands for this input
+        (the NaN-planting probe); ``out`` = a target output already computed."""
+        kw = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        if out is None:
+            call_kw = dict(kw, enable_gqa=True) if enable_gqa else kw
+            try:
+                out = self.call(q, k, v, **call_kw)
+            except Exception as exc:  # the kernel's failure is the finding, not ours
+                return Case(label=label, verdict=raised(exc))
+        rq, rk, rv = clean if clean is not None else (q, k, v)
+        g = self.expected(rq, rk, rv, **kw)
+        b = reference.baseline(rq, rk, rv, **kw).double()
+        if self.empty_rows == "nan":
+            b = torch.where(torch.isnan(g), g, b)
+        return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps))
+
+    def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
+                   row_weight: torch.Tensor | None = None) -> Case:
+        """Verdict for dq, dk, dv of loss = sum(out * w), w ~ N(0,1) seeded, times ``row_weight``
+        (B, H, N) so a loss can ignore rows. Golden: float64 autograd; baseline: autograd of the
+        same-precision reference; multiplier ``k_grad`` (FA's 3x for dq/dk/dv)."""
+        kw = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        shape = (*q.shape[:-1], v.shape[-1])
+        w = self.randn(*shape, salt=7)
+        if row_weight is not None:
+            w = w * row_weight.unsqueeze(-1).double()
+
+        def grads(fn, xs, dev):
+            xs = [x.detach().to(dev).requires_grad_(True) for x in xs]
+            mask = attn_mask.to(dev) if attn_mask is not None else None
+            o = fn(*xs, **dict(kw, attn_mask=mask))
+            if not isinstance(o, torch.Tensor) or o.grad_fn is None:
+                raise NotImplementedError("target output carries no autograd graph")
+            (o.double() * w.to(dev)).sum().backward()
+            return [(x.grad if x.grad is not None else torch.zeros_like(x)).detach().to("cpu", torch.float64)
+                    for x in xs]
+
+        try:
+            t = grads(self.target, (q, k, v), self.device)
+        except Exception as exc:
+            return Case(label=label, verdict=raised(exc))
+        g = grads(reference.golden_grad_reference, (q.double(), k.double(), v.double()), "cpu")
+        b_eager = grads(reference.baseline_grad_reference, (q, k, v), "cpu")
+        b_fa2 = reference.fa2_grads(q, k, v, w, **kw)
+        worst = None
+        for i, name in enumerate(("dq", "dk", "dv")):
+            # The baseline is the less accurate of the two standard same-precision algorithms.
+            bb = max((b_eager[i], b_fa2[i]), key=lambda x: _err(x, g[i]))
+            vd = judge(t[i], g[i], bb, fmt=self.fmt, k=self.k_grad, floor_ulps=self.floor_ulps)
+            vd = replace(vd, note=f"{name}" + (f": {vd.note}" if vd.note else ""))
+            if worst is None or (SEVERITY[vd.status], vd.ratio) > (SEVERITY[worst.status], worst.ratio):
+                worst = vd
+        return self.finish(label, worst)

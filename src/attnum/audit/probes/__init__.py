@@ -1,0 +1,65 @@
+"""The probe catalogue: one documented bug class per module, in the order the audit runs them."""
+
+from __future__ import annotations
+
+from attnum.audit.harness import Probe
+from attnum.audit.probes import (
+    accumulator_overflow,
+    additive_mask_overflow,
+    batch_invariance,
+    below_sentinel,
+    causal_alignment,
+    determinism,
+    exp_overflow,
+    fully_masked,
+    gqa_mapping,
+    grad_accuracy,
+    grad_fully_masked,
+    grad_low_lse,
+    grad_tile_tail,
+    long_sequence,
+    masked_key_leak,
+    nonfinite_masked_kv,
+    odd_lengths,
+    qk_overflow,
+    scale_argument,
+)
+
+_MODULES = (
+    below_sentinel,
+    masked_key_leak,
+    fully_masked,
+    causal_alignment,
+    qk_overflow,
+    exp_overflow,
+    accumulator_overflow,
+    scale_argument,
+    gqa_mapping,
+    long_sequence,
+    odd_lengths,
+    additive_mask_overflow,
+    nonfinite_masked_kv,
+    determinism,
+    batch_invariance,
+    grad_fully_masked,
+    grad_low_lse,
+    grad_tile_tail,
+    grad_accuracy,
+)
+
+PROBES: dict[str, Probe] = {m.PROBE.name: m.PROBE for m in _MODULES}
+DEFAULT_PROBES: tuple[str, ...] = tuple(name for name, p in PROBES.items() if p.default)
+
+
+def select(names: str | list[str] | tuple[str, ...] | None) -> tuple[Probe, ...]:
+    """Probes by name (comma-separated string or list); None = the default set."""
+    if names is None:
+        return tuple(PROBES[n] for n in DEFAULT_PROBES)
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PROBES]
+    if unknown or not names:
+        from attnum.errors import bad_value
+
+        raise bad_value("probes", ",".join(unknown) or names, f"comma-separated names from {sorted(PROBES)}")
+    return tuple(PROBES[n] for n in dict.fromkeys(names))

@@ -1,0 +1,33 @@
+"""Gradient error against float64 autograd on ordinary inputs, with masks, causal and GQA.
+
+Models the calibration side of the catalogue: pytorch/pytorch#103462 (mem-efficient "wrong
+gradients" that were within expected low-precision noise) and flash-attn / PyTorch suites' gradient
+rules (research/edge-cases.md §3: 3x the same-precision error for dq/dk/dv in flash-attn).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnum.audit.harness import Case, Probe, ProbeContext
+
+B, H, N, S, D = 2, 4, 96, 96, 64
+
+
+def run(ctx: ProbeContext) -> list[Case]:
+    q, k, v = ctx.cast(ctx.randn(B, H, N, D, salt=1), ctx.randn(B, H, S, D, salt=2),
+                       ctx.randn(B, H, S, D, salt=3))
+    keep = torch.rand(B, 1, N, S, generator=ctx.generator(4)) > 0.3
+    keep[..., 0] = True  # no empty rows here; those are grad-fully-masked's job
+    return [ctx.check_grad("random inputs", q, k, v),
+            ctx.check_grad("causal", q, k, v, is_causal=True),
+            ctx.check_grad("bool mask (70% kept)", q, k, v, attn_mask=keep)]
+
+
+PROBE = Probe(
+    name="grad-accuracy",
+    summary="dq/dk/dv vs float64 autograd: random, causal, bool-masked",
+    refs=("pytorch/pytorch#103462",),
+    run=run,
+    kind="backward",
+)

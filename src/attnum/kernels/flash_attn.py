@@ -1,0 +1,39 @@
+"""``flash-attn``: Dao-AILab's ``flash_attn_func`` behind the SDPA signature.
+
+Layout: flash-attn takes (B, N, H, d); SDPA passes (B, H, N, d), so tensors are transposed in and
+out. GQA is native (fewer kv heads). There is no arbitrary mask argument, so an ``attn_mask`` is
+unsupported (not an error), as are fp32 inputs. ``causal=True`` is bottom-right aligned since
+flash-attn 2.1; the causal-alignment probe reports that rather than failing it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+NAME = "flash-attn"
+
+
+def status(device: str) -> tuple[bool, str]:
+    if importlib.util.find_spec("flash_attn") is None:
+        return False, "package flash_attn is not installed"
+    if not torch.cuda.is_available():
+        return False, "flash-attn needs a CUDA device, and none is available"
+    if device != "cuda":
+        return False, "flash-attn runs on CUDA only; use --device cuda"
+    return True, ""
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    from flash_attn import flash_attn_func
+
+    if attn_mask is not None:
+        raise NotImplementedError("flash_attn_func takes no attn_mask")
+    if query.dtype not in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f"flash_attn_func supports fp16/bf16, not {query.dtype}")
+    if key.shape[1] != query.shape[1] and not enable_gqa:
+        raise ValueError("kv heads differ from query heads but enable_gqa=False")
+    out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                          dropout_p=dropout_p, softmax_scale=scale, causal=is_causal)
+    return out.transpose(1, 2)

@@ -1,0 +1,57 @@
+"""``torch-flex``: torch.nn.attention.flex_attention behind the SDPA signature.
+
+Masks become a ``score_mod`` that adds the SDPA bias (0 / -inf for bool masks, the float mask as
+given), so flex sees exactly the semantics SDPA would. Causal is top-left, as SDPA's. Runs eagerly
+(flex's unfused reference path on CPU); on CUDA it is what the user's compiled flex would compute up
+to kernel choice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import torch
+
+NAME = "torch-flex"
+
+
+def status(device: str) -> tuple[bool, str]:
+    if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
+        return False, f"torch {torch.__version__} has no torch.nn.attention.flex_attention"
+    if device == "cuda" and not torch.cuda.is_available():
+        return False, "CUDA is not available"
+    return True, ""
+
+
+def _bias(attn_mask, is_causal: bool, n: int, s: int, device) -> torch.Tensor | None:
+    """(B?, H?, N, S) float32 additive bias, or None when nothing is masked."""
+    if attn_mask is None and not is_causal:
+        return None
+    bias = torch.zeros(n, s, dtype=torch.float32, device=device)
+    if is_causal:
+        bias = bias.masked_fill(~torch.ones(n, s, dtype=torch.bool, device=device).tril(), -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            bias = bias.masked_fill(~attn_mask, -math.inf)
+        else:
+            bias = bias + attn_mask.float()
+    return bias if bias.dim() == 4 else bias.view(*(1,) * (4 - bias.dim()), *bias.shape)
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if dropout_p:
+        raise NotImplementedError("torch-flex adapter: dropout is not supported")
+    if key.shape[-2] == 0:
+        raise NotImplementedError("flex_attention needs at least one key")
+    bias = _bias(attn_mask, is_causal, query.shape[-2], key.shape[-2], query.device)
+    score_mod = None
+    if bias is not None:
+        bb, bh = bias.shape[0], bias.shape[1]
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + bias[b if bb > 1 else 0, h if bh > 1 else 0, q_idx, kv_idx].to(score.dtype)
+
+    return flex_attention(query, key, value, score_mod=score_mod, scale=scale, enable_gqa=enable_gqa)
