@@ -1,0 +1,98 @@
+"""`attnum diverge`: the paper's runs end to end (tiny), and the checkpoint-folder comparison."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from attnum.cli import main
+from attnum.training.checkpoints import save_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("workload", ["digits", "lm"])
+def test_diverge_runs_write_curves_report_and_headline(tmp_path, capsys, workload):
+    out = tmp_path / "dv"
+    rc = main(["diverge", "--workload", workload, "--steps", "6", "--ckpt-every", "3", "--out", str(out),
+               "--attention", "flash:fa2:bf16"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    for name in ("results.json", "index.html", "fig_w1.png", "fig_w1.svg", "fig_max_abs.png", "fig_loss.svg"):
+        assert (out / name).is_file(), name
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["runs"]) == {"baseline", "flash", "seed", "lowprec"}
+    f, low = res["curves"]["flash"], res["curves"]["lowprec"]
+    assert f["step"] == [0, 3, 6]
+    assert f["max_abs"][0] == 0  # same init and no step yet
+    want = f["w1"][-1] / low["w1"][-1]
+    assert res["headline"]["ratios"]["lowprec"]["w1"] == pytest.approx(want)
+    assert f"flash / low-precision W1 at step 6: {want:.3g}" in text
+    assert "<svg" in (out / "index.html").read_text()
+    assert all(math.isfinite(x) for r in res["runs"].values() for x in r["losses"])
+
+
+def _folder(path, tensors: dict, step: int = 0):
+    save_checkpoint(tensors, path / f"step_{step:06d}.safetensors")
+    return path
+
+
+def test_checkpoint_folders_list_mismatches_and_compare_the_rest(tmp_path, capsys):
+    a = _folder(tmp_path / "A", {"w": torch.ones(3, 3), "extra": torch.ones(2), "s": torch.ones(4)})
+    b = _folder(tmp_path / "B", {"w": torch.ones(3, 3) * 1.5, "s": torch.ones(2, 2)})
+    _folder(a, {"w": torch.ones(3, 3)}, step=5)
+    rc = main(["diverge", "--checkpoints", str(a), str(b), "--out", str(tmp_path / "o"), "--json"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out)
+    (pair,) = res["pairs"]
+    assert pair["max_abs"] == 0.5 and pair["w1"] == pytest.approx(0.5)
+    assert {m["name"]: m["reason"] for m in pair["mismatches"]} == {
+        "extra": "only in A", "s": "shape A (4,) vs B (2, 2)"}
+    assert res["unpaired_files"] == ["step_000005.safetensors only in A"]
+
+
+def test_checkpoint_folders_accept_torch_state_dicts(tmp_path, capsys):
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    torch.save({"w": torch.zeros(4)}, tmp_path / "A" / "model.pt")
+    torch.save({"w": torch.ones(4)}, tmp_path / "B" / "other.pt")
+    assert main(["diverge", "--checkpoints", str(tmp_path / "A"), str(tmp_path / "B"),
+                 "--out", str(tmp_path / "o")]) == 0
+    assert "model.pt vs other.pt" in capsys.readouterr().out
+
+
+def test_corrupt_checkpoint_exits_2_naming_the_file(tmp_path, capsys):
+    a = _folder(tmp_path / "A", {"w": torch.ones(3)})
+    (tmp_path / "B").mkdir()
+    (tmp_path / "B" / "step_000000.safetensors").write_bytes(b"garbage")
+    rc = main(["diverge", "--checkpoints", str(a), str(tmp_path / "B"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "B/step_000000.safetensors" in err and "Traceback" not in err
+
+
+def test_bad_workload_exits_2(tmp_path, capsys):
+    assert main(["diverge", "--workload", "imagenet", "--out", str(tmp_path)]) == 2
+    assert "workload='imagenet'" in capsys.readouterr().err
+
+
+def test_diverge_flags_map_onto_the_config():
+    """Every DivergeConfig field is a CLI flag (torchtitan-style pin of the CLI surface)."""
+    import dataclasses
+
+    import typer
+
+    from attnum.cli import build_app
+    from attnum.training.diverge import DivergeConfig
+
+    cmd = typer.main.get_command(build_app()).commands["diverge"]
+    flags = {p.name for p in cmd.params}
+    assert {f.name for f in dataclasses.fields(DivergeConfig)} <= flags
