@@ -28,6 +28,8 @@ RoundingMode = Literal["nearest_even", "toward_zero", "stochastic"]
 MODES = ("nearest_even", "toward_zero", "stochastic")
 _CARRIERS = (torch.float32, torch.float64)
 _NATIVE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# float32 -> float8 casts: nearest-even, but torch's e4m3fn cast saturates, so overflow is re-applied.
+_NATIVE_FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
 
@@ -62,6 +64,10 @@ def round_to(
             return x
         if mode == "nearest_even" and fmt.name in _NATIVE and fmt.subnormals:
             return _round_native(x, _NATIVE[fmt.name], fmt, saturate)
+        if mode == "nearest_even" and fmt.name in _NATIVE_FP8 and x.dtype == torch.float32:
+            a = x.abs()
+            r = _apply_overflow(a.to(_NATIVE_FP8[fmt.name]).to(torch.float32), a, fmt, mode, saturate, cast=True)
+            return torch.copysign(r, x)
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
 
 
@@ -73,7 +79,7 @@ def round_generic(
     generator: torch.Generator | None = None,
     saturate: bool = False,
 ) -> torch.Tensor:
-    """The exact frexp/round/ldexp path for any format (see the module docstring).
+    """The exact scale/round/scale-back path for any format (see the module docstring).
 
     Computes in float64 unless the carrier is float32 and every value of ``fmt`` is a float32,
     in which case float32 is exact too and twice as fast.
@@ -81,10 +87,17 @@ def round_generic(
     carrier = _FP32 if x.dtype == torch.float32 else _FP64
     work = x if fmt.fits_in(carrier) else x.double()
     a = work.abs()
-    _, e = torch.frexp(a)  # a = f * 2**e with f in [0.5, 1)
-    # Quantum exponent: the format's ulp at a's binade, floored at the subnormal quantum.
-    q = torch.clamp_min_(e - 1, fmt.emin).sub_(fmt.mbits)
-    y = _ldexp(a, -q)  # exact: a power-of-two scaling
+    # Binade exponent read from the bits (exact, unlike log2), clamped below at the subnormal
+    # binade and above just past the largest binade (so inf/NaN and overflow stay well defined).
+    if work.dtype == torch.float32:
+        e = (a.view(torch.int32) >> 23).sub_(127)
+    else:
+        e = (a.view(torch.int64) >> 52).sub_(1023)
+    q = e.clamp_(fmt.emin, fmt.emax + 1).sub_(fmt.mbits)  # the format's quantum is 2**q
+    if _one_step_scaling(fmt, work.dtype):
+        y = a * _pow2(-q, work.dtype)
+    else:
+        y = _ldexp(a, -q)
     if mode == "nearest_even":
         y = torch.round_(y)
     elif mode == "toward_zero":
@@ -92,11 +105,18 @@ def round_generic(
     else:
         u = torch.rand(y.shape, generator=generator, dtype=y.dtype, device=y.device)
         y = torch.floor_(y.add_(u))
-    r = _ldexp(y, q)
+    r = y.mul_(_pow2(q, work.dtype)) if _one_step_scaling(fmt, work.dtype) else _ldexp(y, q)
     if not fmt.subnormals:
         r = torch.where(r < fmt.tiny, torch.zeros_like(r), r)
     r = _apply_overflow(r, a, fmt, mode, saturate)
     return torch.copysign(r, work).to(x.dtype)
+
+
+def _one_step_scaling(fmt: FloatFormat, dtype: torch.dtype) -> bool:
+    """2**q and 2**-q are both normal carrier numbers for every quantum q of the format."""
+    lo, hi = fmt.emin - fmt.mbits, fmt.emax + 1 - fmt.mbits
+    emin_c, emax_c = (-126, 127) if dtype == torch.float32 else (-1022, 1023)
+    return emin_c <= min(lo, -hi) and max(hi, -lo) <= emax_c
 
 
 def _ldexp(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
@@ -117,9 +137,18 @@ def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _apply_overflow(
-    r: torch.Tensor, a: torch.Tensor, fmt: FloatFormat, mode: str, saturate: bool
+    r: torch.Tensor, a: torch.Tensor, fmt: FloatFormat, mode: str, saturate: bool, *, cast: bool = False
 ) -> torch.Tensor:
-    """Finite results above max follow the format; inf inputs follow it too; NaN stays NaN."""
+    """Magnitudes above max follow the format; inf inputs follow it too; NaN stays NaN.
+
+    ``cast``: r came from a cast that may already have saturated (torch's float8_e4m3fn), so
+    out-of-range inputs are found from ``a`` instead: past max + ulp/2, or on it when the tie
+    goes up (max has an odd last mantissa bit).
+    """
+    if cast:
+        limit = fmt.max + _half_ulp_at_max(fmt)
+        out_of_range = (a > limit) | (a == limit) if _tie_goes_up_at_max(fmt) else a > limit
+        r = torch.where(out_of_range, float("inf"), r)
     over = r > fmt.max  # also true where a is inf
     if not bool(over.any()):
         return r
@@ -135,6 +164,16 @@ def _apply_overflow(
         r = torch.where(finite_over, fill, r)
         return torch.where(torch.isinf(a), fmt.max if saturate else float("nan"), r)
     return torch.where(over, fmt.max, r)  # no inf, no NaN: only saturation is possible
+
+
+def _half_ulp_at_max(fmt: FloatFormat) -> float:
+    return float.fromhex(f"0x1p{fmt.emax - fmt.mbits - 1}")
+
+
+def _tie_goes_up_at_max(fmt: FloatFormat) -> bool:
+    """At max + ulp/2 nearest-even picks the even neighbour: max is even iff its last mantissa bit is 0."""
+    last_code = 2**fmt.mbits - (2 if fmt.specials == "fn" else 1)
+    return last_code % 2 == 1
 
 
 def _round_native(x: torch.Tensor, dtype: torch.dtype, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
