@@ -187,3 +187,12 @@ def test_golden_long_sequence_memory_under_2gb():
     assert res.returncode == 0, res.stderr
     peak_kb = int(res.stdout.strip().splitlines()[-1])
     assert peak_kb < 2 * 1024 * 1024, f"peak RSS {peak_kb / 1024:.0f} MiB"
+
+
+def test_nan_in_keys_propagates_not_zeroed():
+    q, k, v = qkv(N=8, S=8)
+    k[0, 0, 2, 0] = math.nan
+    for fn in (golden_attention, baseline_attention, flash_attention):
+        out = fn(q, k, v)
+        assert torch.isnan(out[0, 0]).all(), fn.__name__
+        assert torch.isfinite(out[0, 1:]).all(), fn.__name__

@@ -44,9 +44,9 @@ def baseline_attention(
         s = steps.scores(q[:, :, i0:i1], k, scale, masks.slice_queries(additive, i0, i1),
                          masks.slice_queries(hard, i0, i1), policy)
         m = steps.safe_max(s.amax(dim=-1, keepdim=True))
-        p = policy.round("exp", torch.exp(s - m))
+        p = policy.round("exp", steps.exp_shifted_(s, m))
         l = policy.round("row_sum", p.sum(dim=-1, keepdim=True))
-        a = torch.where(l > 0, p / l, torch.zeros_like(p))
+        a = steps.zero_empty_rows_(p.div_(l), l)
         o = steps.pv(a, v, policy)
         out[:, :, i0:i1] = policy.round("out", o)
     return out

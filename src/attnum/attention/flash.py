@@ -83,7 +83,7 @@ def flash_forward(
 def _fa2_step(s, v_j, m, l, acc, policy: Policy):
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     m_safe = steps.safe_max(m_new)
-    p = policy.round("exp", torch.exp(s - m_safe))  # P~_ij
+    p = policy.round("exp", steps.exp_shifted_(s, m_safe))  # P~_ij
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     acc = policy.round("acc", policy.round("acc", alpha * acc) + steps.pv(p, v_j, policy))
@@ -92,7 +92,7 @@ def _fa2_step(s, v_j, m, l, acc, policy: Policy):
 
 def _fa1_step(s, v_j, m, l, o, policy: Policy):
     m_blk = s.amax(dim=-1, keepdim=True)  # m~_ij
-    p = policy.round("exp", torch.exp(s - steps.safe_max(m_blk)))  # P~_ij
+    p = policy.round("exp", steps.exp_shifted_(s, steps.safe_max(m_blk)))  # P~_ij
     l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))  # l~_ij
     m_new = torch.maximum(m, m_blk)
     m_safe = steps.safe_max(m_new)
@@ -100,7 +100,7 @@ def _fa1_step(s, v_j, m, l, o, policy: Policy):
     beta = policy.round("rescale", torch.exp(m_blk - m_safe))  # e^{m~_ij - m_i^new}
     l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
     num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy))
-    o = torch.where(l_new > 0, num / l_new, torch.zeros_like(num))
+    o = steps.zero_empty_rows_(num / l_new, l_new)
     return m_new, l_new, policy.round("out", o)  # O_i written back to HBM in the output format
 
 
@@ -111,7 +111,7 @@ def _normalize(acc, l, policy: Policy):
         o = acc * inv
     else:
         o = acc / l
-    return torch.where(l > 0, o, torch.zeros_like(o))
+    return steps.zero_empty_rows_(o, l)
 
 
 def flash_attention(

@@ -10,7 +10,7 @@ import math
 import torch
 
 from attnum.attention import masks
-from attnum.attention.steps import query_chunk, safe_max
+from attnum.attention.steps import query_chunk, safe_max, zero_empty_rows_
 
 
 def golden_attention(
@@ -40,14 +40,14 @@ def golden_attention(
     step = query_chunk(B, H, S)
     for i0 in range(0, N, step):
         i1 = min(N, i0 + step)
-        s = (q[:, :, i0:i1] @ kT) * scale
+        s = (q[:, :, i0:i1] @ kT).mul_(scale)
         for bias in (masks.slice_queries(additive, i0, i1), masks.slice_queries(hard, i0, i1)):
             if bias is not None:
-                s = s + bias
+                s = s.add_(bias)
         m = safe_max(s.amax(dim=-1, keepdim=True))
-        p = torch.exp(s - m)
+        p = s.sub_(m).exp_()
         l = p.sum(dim=-1, keepdim=True)
-        o = (p @ v) / l
-        out[:, :, i0:i1] = torch.where(l > 0, o, torch.zeros_like(o))
+        o = (p @ v).div_(l)
+        out[:, :, i0:i1] = zero_empty_rows_(o, l)
         lse[:, :, i0:i1] = (m + torch.log(l)).squeeze(-1)
     return (out, lse) if return_lse else out

@@ -40,12 +40,24 @@ def scores(
 ) -> torch.Tensor:
     """S = scale * Q K^T rounded at ``scores``; an additive mask is added and rounded there again
     (as torch adds a float mask in the scores' dtype); -inf masking is exact."""
-    s_BHNS = policy.round("scores", matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy) * scale)
+    s_BHNS = policy.round("scores", matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy).mul_(scale))
     if additive is not None:
-        s_BHNS = policy.round("scores", s_BHNS + additive)
+        s_BHNS = policy.round("scores", s_BHNS.add_(additive))
     if hard is not None:
-        s_BHNS = s_BHNS + hard
+        s_BHNS = s_BHNS.add_(hard)
     return s_BHNS
+
+
+def zero_empty_rows_(x: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """Rows whose softmax denominator is exactly 0 (every key masked) become 0 instead of 0/0.
+    NaN denominators (NaN in the data) stay NaN: they are data, not empty rows."""
+    empty = l == 0
+    return x.masked_fill_(empty, 0.0) if bool(empty.any()) else x
+
+
+def exp_shifted_(s: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
+    """exp(s - m) computed in place in s (s is a scratch tensor owned by the caller)."""
+    return s.sub_(m_safe).exp_()
 
 
 def safe_max(m: torch.Tensor) -> torch.Tensor:
