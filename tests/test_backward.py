@@ -32,13 +32,13 @@ def _check_bound(result: dict, impl: str = "flash", ref: str = "baseline") -> No
 
 
 CASES = [
-    dict(policy="fa2:bf16", causal=False),
-    dict(policy="fa2:bf16", causal=True),
-    dict(policy="uniform:bf16", causal=False),
-    dict(policy="fa2:fp16", causal=True),
-    dict(policy="uniform:fp16", causal=False),
-    dict(policy="fp32", causal=True),
-    dict(policy="uniform:e4m3fn", causal=False),
+    {"policy": "fa2:bf16", "causal": False},
+    {"policy": "fa2:bf16", "causal": True},
+    {"policy": "uniform:bf16", "causal": False},
+    {"policy": "fa2:fp16", "causal": True},
+    {"policy": "uniform:fp16", "causal": False},
+    {"policy": "fp32", "causal": True},
+    {"policy": "uniform:e4m3fn", "causal": False},
 ]
 
 
@@ -95,7 +95,7 @@ def test_fp64_policy_matches_autograd(kv_order, mask):
 def test_gradcheck_fp64():
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    fn = lambda q, k, v: attnum.flash_attention(q, k, v, policy="fp64", block_k=3, is_causal=True)  # noqa: E731
+    fn = lambda q, k, v: attnum.flash_attention(q, k, v, policy="fp64", block_k=3, is_causal=True)
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
 

@@ -21,7 +21,7 @@ def test_two_ranks_agree_on_weights(tmp_path):
     cmd += ["--standalone", "--nproc_per_node", "2", "-m", "attnum.training.ddp",
             "--steps", "4", "--ckpt-every", "2", "--out", str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r0 = load_file(str(tmp_path / "ddp" / "rank_0.safetensors"))
     r1 = load_file(str(tmp_path / "ddp" / "rank_1.safetensors"))

@@ -22,7 +22,7 @@ def test_captions_are_templated_and_four_words():
 @pytest.mark.parametrize("name", ["digits", "lm"])
 def test_batches_depend_only_on_seed_and_step(name):
     data = DigitsData.load() if name == "digits" else TextData.load()
-    kw = dict(diffusion_steps=100) if name == "digits" else dict(seq_len=16)
+    kw = {"diffusion_steps": 100} if name == "digits" else {"seq_len": 16}
     a = data.batch(data_seed=0, step=5, batch_size=8, **kw)
     b = data.batch(data_seed=0, step=5, batch_size=8, **kw)
     c = data.batch(data_seed=0, step=6, batch_size=8, **kw)
@@ -38,7 +38,7 @@ def _run(tmp_path, **kw):
 
 
 def test_runs_are_deterministic_and_checkpointed(tmp_path):
-    cfg, r1 = _run(tmp_path / "a")
+    _, r1 = _run(tmp_path / "a")
     _, r2 = _run(tmp_path / "b")
     assert all(torch.equal(r1.final_state[k], r2.final_state[k]) for k in r1.final_state)
     assert sorted(list_checkpoints(r1.ckpt_dir)) == [checkpoint_name(s) for s in (0, 3, 6)]
@@ -52,7 +52,7 @@ def test_seed_precision_and_attention_change_the_weights(tmp_path):
     _, seed = _run(tmp_path / "seed", init_seed=1)
     _, low = _run(tmp_path / "low", precision="bf16")
     _, flash = _run(tmp_path / "flash", attention="flash:fa2:bf16", block_k=8)
-    step0 = lambda r: load_state(r.ckpt_dir / checkpoint_name(0))  # noqa: E731
+    step0 = lambda r: load_state(r.ckpt_dir / checkpoint_name(0))
     assert weight_divergence(step0(base), step0(flash)).max_abs == 0  # same init
     assert weight_divergence(step0(base), step0(seed)).max_abs > 0
     for other in (low, flash):

@@ -32,10 +32,11 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -104,7 +105,7 @@ class ShadowRecorder:
         path = self._names.get(id(module))
         if path is None:  # module outside the watched model: class names from the stack
             path = "/".join(type(m).__name__ for m in self._stack[-3:])
-        layer = next((getattr(m, "layer_idx") for m in reversed(self._stack)
+        layer = next((m.layer_idx for m in reversed(self._stack)
                       if isinstance(getattr(m, "layer_idx", None), int)), None)
         if layer is None:
             match = _INT.search(path)
@@ -114,7 +115,8 @@ class ShadowRecorder:
     def sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False, *, site: str | None = None, kind: str = "sdpa"):
         """Run candidate and reference on the same inputs, record, return the propagated output."""
-        kw = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        kw = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal, "scale": scale,
+              "enable_gqa": enable_gqa}
         first, second = (self.candidate, self.reference)
         if self.cfg.propagate == "reference":
             first, second = second, first
@@ -164,8 +166,7 @@ def _deliver(records: list[dict], store: Any) -> None:
         return
     if isinstance(store, (str, Path)):
         with open(store, "a") as fh:
-            for r in records:
-                fh.write(json.dumps(r) + "\n")
+            fh.writelines(json.dumps(r) + "\n" for r in records)
         return
     raise AttnumInputError(f"store={type(store).__name__} is not allowed; expected an object with "
                            "add_records(list[dict]) or a path for JSON lines")

@@ -140,7 +140,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
         policy = opts.policy
-        B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+        B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)
         c = policy.carrier
         q_c = policy.round("inputs", q.detach().to(c))
         k_c = masks.expand_kv(policy.round("inputs", k.detach().to(c)), H)
@@ -158,7 +158,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
         opts: FlashOptions = ctx.opts
-        B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+        B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)
         additive, hard = masks.build_masks(attn_mask if ctx.has_mask else None, opts.is_causal,
                                            (B, H, N, S), opts.policy.carrier, q.device)
         dq, dk, dv_ = flash_backward(q, k, v, out, lse, dout, additive=additive, hard=hard, scale=opts.scale,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
+
+DEFAULT_OUT = Path("runs/diverge")
 
 
 def register(app: typer.Typer) -> None:
@@ -16,16 +17,16 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Option("quick", help="quick (minutes on 2 CPU cores) or full."),
         attention: str = typer.Option("flash:fp32", help="Candidate: flash:POLICY, baseline:POLICY, eager, or a kernel name."),
         baseline: str = typer.Option("eager", help="Reference attention of the baseline run."),
-        block_q: Optional[int] = typer.Option(None, help="Query tile Br of a flash:POLICY candidate."),
-        block_k: Optional[int] = typer.Option(8, help="Key/value tile Bc of a flash:POLICY candidate."),
+        block_q: int | None = typer.Option(None, help="Query tile Br of a flash:POLICY candidate."),
+        block_k: int | None = typer.Option(8, help="Key/value tile Bc of a flash:POLICY candidate."),
         low_precision: str = typer.Option("bf16", help="Autocast dtype of the low-precision run: bf16 or fp16."),
-        steps: Optional[int] = typer.Option(None, help="Override the profile's step count."),
-        ckpt_every: Optional[int] = typer.Option(None, help="Override the profile's checkpoint interval K."),
+        steps: int | None = typer.Option(None, help="Override the profile's step count."),
+        ckpt_every: int | None = typer.Option(None, help="Override the profile's checkpoint interval K."),
         init_seed: int = typer.Option(0, help="Init seed of baseline, flash and low-precision runs."),
         alt_seed: int = typer.Option(1, help="Init seed of the different-init run."),
         data_seed: int = typer.Option(0, help="Data order seed (the same in every run)."),
-        out: Path = typer.Option(Path("runs/diverge"), help="Output folder (runs, results.json, figures, index.html)."),
-        checkpoints: Optional[tuple[Path, Path]] = typer.Option(
+        out: Path = typer.Option(DEFAULT_OUT, help="Output folder (runs, results.json, figures, index.html)."),  # noqa: B008
+        checkpoints: tuple[Path, Path] | None = typer.Option(
             None, help="Compare two checkpoint folders A B instead of training (safetensors or torch state dicts)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     ) -> None:

@@ -16,7 +16,8 @@ key/value (B, G, S, d).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from attnum.errors import AttnumInputError
 from attnum.training.impls import resolve_attention

@@ -13,7 +13,7 @@ while training) fall back to the original function, unrecorded.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

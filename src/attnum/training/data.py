@@ -57,7 +57,7 @@ class DigitsData:
     labels_B: torch.Tensor
 
     @staticmethod
-    def load() -> "DigitsData":
+    def load() -> DigitsData:
         from sklearn.datasets import load_digits
 
         d = load_digits()
@@ -88,7 +88,7 @@ class TextData:
     bytes_T: torch.Tensor
 
     @staticmethod
-    def load() -> "TextData":
+    def load() -> TextData:
         from pydoc_data.topics import topics
 
         text = "\n\n".join(topics[k] for k in sorted(topics))

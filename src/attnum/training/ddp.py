@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     device = "cpu"
     if cuda:
-        local = int(os.environ.get("LOCAL_RANK", 0))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     try:

@@ -56,7 +56,7 @@ def baseline_attention_differentiable(q, k, v, *, attn_mask=None, is_causal=Fals
     def r(site, x):
         return RoundSite.apply(x, getattr(policy, site))
 
-    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    B, H, _G, N, S, d, _dv = masks.check_qkv(q, k, v)
     c = policy.carrier
     q = r("inputs", q.to(c))
     k = masks.expand_kv(r("inputs", k.to(c)), H)
@@ -139,3 +139,13 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
         "ratio": ratio,
         "timing_s": timing,
     }
+
+
+def grad_rows(result: dict) -> list[tuple[str, str, float, float, float, float]]:
+    """(pair, grad, max_abs, mean_abs, rmse, max_ulp) rows of a ``run_grad_compare`` result, for printing."""
+    rows = []
+    for pair, per_grad in result["metrics"].items():
+        for gr in GRADS:
+            m = per_grad[gr]
+            rows.append((pair, gr, m["max_abs"], m["mean_abs"], m["rmse"], m.get("max_ulp", float("nan"))))
+    return rows

@@ -18,7 +18,7 @@ Shapes: q (B, H, N, d), k (B, G, S, d), v (B, G, S, dv) -> out (B, H, N, dv) in 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -13,8 +13,8 @@ Shapes: B batch, T tokens, D model width, H heads, d head dim, P pixels, L capti
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
