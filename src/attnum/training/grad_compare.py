@@ -3,7 +3,8 @@
 Implementations, all on the same inputs (float64 samples rounded to the policy's input format) and
 the same upstream gradient dO (seeded, rounded to the input format):
 
-- golden: float64 autograd through ``golden_attention``;
+- golden: float64 autograd of softmax(QK^T)V op by op (``golden_attention``'s math; it works in
+  place, so it is not differentiable itself);
 - flash: ``flash_attention``'s recomputing backward (``attnum.attention.flash_backward``);
 - baseline: standard attention with every site rounded per policy in the forward *and* its gradient
   rounded to the same site's format on the way back (``RoundSite``) -- the emulated
@@ -22,7 +23,7 @@ import time
 
 import torch
 
-from attnum.attention import flash_attention, golden_attention, masks
+from attnum.attention import flash_attention, masks
 from attnum.experiments.compare import CompareConfig, compare_inputs
 from attnum.metrics import deviation, error_ratio
 from attnum.policy import Policy
@@ -96,7 +97,8 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
     do = round_to(torch.randn(B, H, N, dv, dtype=torch.float64, generator=g, device=q.device), policy.inputs)
     causal = cfg.causal
     impls = {
-        "golden": (lambda a, b, c: golden_attention(a, b, c, is_causal=causal), torch.float64),
+        # golden_attention works in place (not differentiable); the same float64 math op by op is.
+        "golden": (lambda a, b, c: eager_attention(a, b, c, is_causal=causal, enable_gqa=True), torch.float64),
         "flash": (lambda a, b, c: flash_attention(a, b, c, is_causal=causal, policy=policy, block_q=tiles.Br,
                                                   block_k=tiles.Bc, variant=cfg.variant, kv_order=cfg.kv_order),
                   torch.float64),

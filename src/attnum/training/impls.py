@@ -71,6 +71,10 @@ def _reimplementation(kind: str, policy: str | None, **tiles) -> SdpaFn:
 
             out = baseline_attention_differentiable(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
                                                     scale=scale, policy=parse_policy(policy))
+        elif torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+            # golden_attention works in place and is not differentiable; same float64 math op by op.
+            out = eager_attention(query.double(), key.double(), value.double(), attn_mask=attn_mask,
+                                  is_causal=is_causal, scale=scale, enable_gqa=True)
         else:
             from attnum.attention.golden import golden_attention
 
