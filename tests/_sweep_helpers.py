@@ -63,3 +63,11 @@ def cli(*args: str) -> int:
     from attnum.cli import main
 
     return main([str(a) for a in args])
+
+
+def smoke_reproduction(tmp_path_factory) -> Path:
+    """``attnum reproduce --profile smoke`` once per test session (figures, store, report.html)."""
+    out = tmp_path_factory.getbasetemp() / "smoke-reproduce"
+    if not (out / "report.html").is_file():
+        assert cli("reproduce", "--profile", "smoke", "--out", out, "--jobs", "1", "--quiet") == 0
+    return out

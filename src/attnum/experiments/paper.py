@@ -76,7 +76,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "fmt_fig5": ["bf16"],
         "n_fig6": 128,
         "bc_fig6": [4, 16, 64],
-        "fmt_fig6": ["bf16", "fp32"],
+        "fmt_fig6": ["bf16"],
     },
 }
 
