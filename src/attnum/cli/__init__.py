@@ -17,6 +17,7 @@ _COMMAND_MODULES = (
     "validate",
     "sweep", "reproduce", "runs", "export", "report",
     "diverge",
+    "audit", "scan",
 )
 
 
