@@ -144,16 +144,19 @@ def test_hf_attention_interface_keeps_the_mask():
     model = _tiny_llama()
     hf.register("attnum-reimpl", "flash:fp32")
     ids = torch.randint(0, 64, (1, 10), generator=torch.Generator().manual_seed(1))
-    model.set_attn_implementation("eager")
-    want = model(input_ids=ids).logits
-    model.set_attn_implementation("attnum-reimpl")
-    got = model(input_ids=ids).logits
     changed = ids.clone()
     changed[0, -1] = (changed[0, -1] + 1) % 64
-    got_changed = model(input_ids=changed).logits
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        want = model(input_ids=ids).logits
+        model.set_attn_implementation("attnum-reimpl")
+        got = model(input_ids=ids).logits
+        got_changed = model(input_ids=changed).logits
     tol = 256 * torch.finfo(torch.float32).eps * float(want.abs().max())
     assert float((got - want).abs().max()) <= tol
     # causal mask applied: the first 9 positions do not see the last token
     assert torch.equal(got[0, :9], got_changed[0, :9])
+    model(input_ids=ids, labels=ids).loss.backward()  # trainable through the recomputing backward
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     with pytest.raises(ValueError, match="flash"):
         hf.register("my-flash", "eager")
