@@ -134,3 +134,21 @@ def test_trainable_from_float32_inputs_returns_input_dtype_grads():
     out = attnum.flash_attention(q, k, v, policy="fa2:bf16", block_k=4)
     out.sum().backward()
     assert q.grad.dtype == torch.float32 and k.grad.shape == k.shape
+
+
+@pytest.mark.parametrize("spec", ["flash:fa2:bf16", "baseline:uniform:bf16"])
+def test_autocast_does_not_change_the_emulated_arithmetic(spec):
+    """Under bf16 autocast the float32 carrier's matmuls must stay float32 (forward and backward)."""
+    from attnum.training.impls import resolve_attention
+
+    fn = resolve_attention(spec, block_k=4)
+    g = torch.Generator().manual_seed(2)
+    base = [torch.randn(1, 2, 9, 8, generator=g).to(torch.bfloat16) for _ in range(3)]
+    grads = []
+    for autocast in (False, True):
+        qkv = [t.clone().requires_grad_() for t in base]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = fn(*qkv, is_causal=True)
+        out.float().square().sum().backward()
+        grads.append((out.detach(), *(t.grad for t in qkv)))
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

@@ -139,6 +139,12 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
+        # Autocast would run the float32 carrier's matmuls in bf16/fp16: not the policy's arithmetic.
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            return FlashAttentionFunction._forward(ctx, q, k, v, attn_mask, opts)
+
+    @staticmethod
+    def _forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
         policy = opts.policy
         B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)
         c = policy.carrier
@@ -156,6 +162,11 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
+        with torch.autocast(device_type=dout.device.type, enabled=False):
+            return FlashAttentionFunction._backward(ctx, dout)
+
+    @staticmethod
+    def _backward(ctx, dout):
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
         opts: FlashOptions = ctx.opts
         B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)

@@ -59,6 +59,13 @@ def _reimplementation(kind: str, policy: str | None, **tiles) -> SdpaFn:
                   enable_gqa=False):
         if dropout_p:
             raise AttnumInputError(f"dropout_p={dropout_p} is not supported by {kind}; expected 0.0")
+        # Emulation must not be autocast: autocast would turn the float32 carrier's matmuls into
+        # bf16/fp16 ones, silently changing the arithmetic the policy describes.
+        with torch.autocast(device_type=query.device.type, enabled=False):
+            out = _call(query, key, value, attn_mask, is_causal, scale)
+        return out.to(query.dtype)
+
+    def _call(query, key, value, attn_mask, is_causal, scale):
         if kind == "flash":
             from attnum.attention.flash import flash_attention
 
@@ -79,7 +86,7 @@ def _reimplementation(kind: str, policy: str | None, **tiles) -> SdpaFn:
             from attnum.attention.golden import golden_attention
 
             out = golden_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-        return out.to(query.dtype)
+        return out
 
     attention.__name__ = f"{kind}:{policy}" if policy else kind
     return attention
