@@ -96,10 +96,11 @@ def run_configs(cfg: DivergeConfig) -> dict[str, RunConfig]:
 
 
 def divergence_curves(run_dir: Path, steps: list[int]) -> dict[str, dict[str, list[float]]]:
-    """For each comparison: step, max_abs, w1, w1_mean lists against the baseline run."""
-    curves: dict[str, dict[str, list[float]]] = {}
+    """For each comparison: step, max_abs, w1, w1_mean lists against the baseline run, and
+    ``per_tensor[name]`` = {"max_abs": [...], "w1": [...]} over the same steps."""
+    curves: dict[str, dict] = {}
     for other in COMPARISONS:
-        c: dict[str, list[float]] = {"step": [], "max_abs": [], "w1": [], "w1_mean": []}
+        c: dict = {"step": [], "max_abs": [], "w1": [], "w1_mean": [], "per_tensor": {}}
         for step in steps:
             a = load_state(run_dir / "baseline" / "ckpt" / checkpoint_name(step))
             b = load_state(run_dir / other / "ckpt" / checkpoint_name(step))
@@ -107,6 +108,10 @@ def divergence_curves(run_dir: Path, steps: list[int]) -> dict[str, dict[str, li
             c["step"].append(step)
             for key in ("max_abs", "w1", "w1_mean"):
                 c[key].append(getattr(div, key))
+            for name, m in div.per_tensor.items():
+                t = c["per_tensor"].setdefault(name, {"max_abs": [], "w1": []})
+                t["max_abs"].append(m["max_abs"])
+                t["w1"].append(m["w1"])
         curves[other] = c
     return curves
 

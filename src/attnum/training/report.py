@@ -92,6 +92,14 @@ def write_report(summary: dict, out: Path) -> Path:
         f"<td>{v['w1_mean']:.3e}</td></tr>"
         for k, v in last.items()
     )
+    per = curves["flash"]["per_tensor"]
+    top = sorted(per, key=lambda n: -per[n]["w1"][-1])[:12]
+    tensor_rows = "".join(
+        f"<tr><td style='text-align:left'>{html.escape(n)}</td>"
+        + "".join(f"<td>{curves[k]['per_tensor'][n]['w1'][-1]:.3e}</td>" for k in COMPARISONS)
+        + f"<td>{per[n]['max_abs'][-1]:.3e}</td></tr>"
+        for n in top
+    )
     lines = "".join(f"<li>{html.escape(line)}</li>" for line in summary["headline"]["lines"])
     body = "".join(f"<figure>{_svg_inline(p[1])}</figure>" for p in figs)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>attnum diverge: {html.escape(cfg['workload'])}</title>
@@ -106,6 +114,8 @@ distributions of all weights (concatenated); max |dW| is over every tensor.</p>
 <h2>Headline (computed from the runs below)</h2><ul>{lines}</ul>
 <h2>Divergence at step {summary['headline']['step']}</h2>
 <table><tr><th>comparison</th><th>max |dW|</th><th>W1 (all weights)</th><th>mean per-tensor W1</th></tr>{div_rows}</table>
+<h2>Per tensor at step {summary['headline']['step']} (largest flash W1 first)</h2>
+<table><tr><th>tensor</th>{''.join(f"<th>W1 {html.escape(v)}</th>" for v in COMPARISONS.values())}<th>flash max |dW|</th></tr>{tensor_rows}</table>
 <h2>Runs</h2>
 <table><tr><th>run</th><th>attention</th><th>precision</th><th>init seed</th><th>final loss</th><th>wall s</th></tr>{rows}</table>
 {body}
