@@ -152,3 +152,14 @@ def test_autocast_does_not_change_the_emulated_arithmetic(spec):
         out.float().square().sum().backward()
         grads.append((out.detach(), *(t.grad for t in qkv)))
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_grad_compare_result_shape_for_the_cli():
+    from attnum.training.grad_compare import grad_rows
+
+    r = run_grad_compare(CompareConfig(policy="fa2:bf16", seq_len=64, head_dim=16, heads=2, block_k=16))
+    assert set(r["ratio"]) == set(GRADS) and all(r["ratio"][g]["max_abs"] > 0 for g in GRADS)
+    pairs = {"flash_vs_golden", "baseline_vs_golden", "torch_eager_vs_golden", "torch_flash_vs_golden",
+             "flash_vs_baseline", "flash_vs_torch_flash"}
+    assert set(r["metrics"]) == pairs
+    assert len(grad_rows(r)) == 3 * len(pairs)
