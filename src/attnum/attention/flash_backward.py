@@ -37,14 +37,25 @@ from attnum.policy import Policy, parse_policy
 
 
 def _sum_query_blocks(a_BHSN: torch.Tensor, b_BHNx: torch.Tensor, Br: int | None, policy: Policy) -> torch.Tensor:
-    """sum_i a[..., i-block] @ b[i-block] with every partial and the running sum rounded at ``acc``."""
-    N = a_BHSN.shape[-1]
+    """sum_i a[..., i-block] @ b[i-block] with every partial and the running sum rounded at ``acc``.
+
+    All Tr = ceil(N / Br) partial products come from one batched matmul (rows padded with exact
+    zeros); only the in-order additions, as FA2 accumulates dK_j/dV_j over query blocks, are a loop.
+    """
+    B, H, S, N = a_BHSN.shape
     if Br is None or Br >= N:
         return policy.round("acc", steps.matmul(a_BHSN, b_BHNx, policy))
-    acc = None
-    for i0 in range(0, N, Br):
-        part = policy.round("acc", steps.matmul(a_BHSN[..., i0:i0 + Br], b_BHNx[..., i0:i0 + Br, :], policy))
-        acc = part if acc is None else policy.round("acc", acc + part)
+    Tr = math.ceil(N / Br)
+    pad = Tr * Br - N
+    if pad:
+        a_BHSN = torch.nn.functional.pad(a_BHSN, (0, pad))
+        b_BHNx = torch.nn.functional.pad(b_BHNx, (0, 0, 0, pad))
+    a_BHTSr = a_BHSN.view(B, H, S, Tr, Br).permute(0, 1, 3, 2, 4)
+    b_BHTrx = b_BHNx.view(B, H, Tr, Br, b_BHNx.shape[-1])
+    parts_BHTSx = policy.round("acc", steps.matmul(a_BHTSr, b_BHTrx, policy))
+    acc = parts_BHTSx[:, :, 0]
+    for i in range(1, Tr):
+        acc = policy.round("acc", acc + parts_BHTSx[:, :, i])
     return acc
 
 
