@@ -27,7 +27,7 @@ def test_ray_local_matches_local_executor_and_resumes(tmp_path, monkeypatch):
         runs = a.runs()
     assert ra.keys() == rb.keys() and len(ra) == total
     for key, row in ra.items():
-        strip = lambda m: {k: v for k, v in m.items() if k != "timing_s"}  # noqa: E731
+        strip = lambda m: {k: v for k, v in m.items() if k != "timing_s"}
         assert strip(row["metrics"]) == strip(rb[key]["metrics"]), row["config"]
     assert runs[0]["executor"] == "ray" and runs[0]["status"] == "complete"
 

@@ -95,7 +95,7 @@ def test_jobs2_process_pool_stores_the_same_numbers(tiny_run, tmp_path):
         ra = {r["key"]: r["metrics"] for r in a.rows()}
         rb = {r["key"]: r["metrics"] for r in b.rows()}
         workers = {r["worker"] for r in b.rows()}
-    strip = lambda m: {k: v for k, v in m.items() if k != "timing_s"}  # noqa: E731
+    strip = lambda m: {k: v for k, v in m.items() if k != "timing_s"}
     assert {k: strip(v) for k, v in ra.items()} == {k: strip(v) for k, v in rb.items()}
     assert len(workers) == 2  # two worker processes did the work
 

@@ -10,8 +10,9 @@ import dataclasses
 import multiprocessing
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from attnum.errors import bad_value
 from attnum.experiments.point_runner import run_point

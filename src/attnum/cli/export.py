@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,7 @@ def register(app: typer.Typer) -> None:
     def export(
         out: Path = typer.Argument(..., help="A folder holding attnum.sqlite."),
         to: str = typer.Option("csv", "--to", help="csv or parquet (parquet needs pyarrow: attnum[parquet])."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default DIR/points.EXT)."),
+        output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default DIR/points.EXT)."),
     ) -> None:
         """Write every point (done, failed and missing) as a flat table."""
         from attnum.report.export import export_points

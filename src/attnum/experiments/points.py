@@ -12,7 +12,8 @@ import dataclasses
 import hashlib
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 COMPARISONS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels")
 KINDS = ("compare", "kernels")
@@ -76,7 +77,7 @@ class Point:
         blob = json.dumps(self.config(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
-    def kernel_point(self) -> "Point | None":
+    def kernel_point(self) -> Point | None:
         """The real-kernel point at the same inputs, or None when the format has no torch dtype."""
         if self.kind != "compare" or self.format not in NATIVE_FORMATS:
             return None

@@ -7,12 +7,22 @@ Each figure reads the rows of its spec group (``fig3``, ``fig3-e8``, ``fig3-e11`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from attnum.experiments.results import Row, metric, select, series, values
-from attnum.report.plotting import (POLICY_COLOR, POLICY_MARKER, VARIANT_STYLE, finish, format_color, log_y,
-                                    panels, save, spread_line, style_legend)
+from attnum.report.plotting import (
+    POLICY_COLOR,
+    POLICY_MARKER,
+    VARIANT_STYLE,
+    finish,
+    format_color,
+    log_y,
+    panels,
+    save,
+    spread_line,
+    style_legend,
+)
 
 FVB = "flash_vs_baseline.max_abs"
 FIGURE_CAPTIONS = {
@@ -126,7 +136,7 @@ def fig5(rows: list[Row], out_dir: Path) -> list[Path]:
         for fmt in fmts:
             for variant in sorted(values(sub, "variant")):
                 pick = select(sub, policy=policy, format=fmt, variant=variant)
-                style = dict(color=format_color(fmt, fmts), linestyle=VARIANT_STYLE.get(variant, ":"))
+                style = {"color": format_color(fmt, fmts), "linestyle": VARIANT_STYLE.get(variant, ":")}
                 spread_line(axes[0][col], series(pick, x="seq_len", y=FVB, by=()).get((), []),
                             label=f"{fmt} {variant}", **style)
                 means = series(pick, x="seq_len", y="flash_vs_baseline.mean_abs", by=()).get((), [])
@@ -157,7 +167,7 @@ def _fig6(rows: list[Row], out_dir: Path, group: str, flag: str | None, title: s
         for fmt in fmts:
             for variant in sorted(values(sub, "variant")):
                 pick = select(sub, policy=policy, format=fmt, variant=variant)
-                style = dict(color=format_color(fmt, fmts), linestyle=VARIANT_STYLE.get(variant, ":"))
+                style = {"color": format_color(fmt, fmts), "linestyle": VARIANT_STYLE.get(variant, ":")}
                 if flag is None:
                     pick = select(pick, swap_blocks=False, square=False)
                     spread_line(ax, series(pick, x="block_area", y=FVB, by=()).get((), []),
@@ -171,8 +181,8 @@ def _fig6(rows: list[Row], out_dir: Path, group: str, flag: str | None, title: s
         log_y(ax)
         finish(ax, xlabel="block area Br*Bc", ylabel="max |flash - baseline|", title=f"policy {policy}",
                legend=False)
-    extra = [] if flag is None else [(flag, dict(color="gray", lw=2)),
-                                     ("default", dict(color="gray", lw=1, alpha=0.35, marker="x"))]
+    extra = [] if flag is None else [(flag, {"color": "gray", "lw": 2}),
+                                     ("default", {"color": "gray", "lw": 1, "alpha": 0.35, "marker": "x"})]
     style_legend(axes[0][-1], formats=fmts, order=fmts, variants=sorted(values(sub, "variant")), extra=extra)
     return save(fig, out_dir, group)
 

@@ -13,7 +13,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 VARIANT_STYLE = {"fa2": "-", "fa1": "--"}
 POLICY_MARKER = {"uniform": "o", "fa2": "s", "torch-cpu": "^"}

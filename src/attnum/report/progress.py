@@ -18,7 +18,7 @@ class SweepProgress:
         self._bar: Any = None
         self._task: Any = None
 
-    def __enter__(self) -> "SweepProgress":
+    def __enter__(self) -> SweepProgress:
         head = f"{self.title}: {self.total} points to run"
         if self.skipped:
             head += f", {self.skipped} already done (skipped)"
@@ -26,8 +26,14 @@ class SweepProgress:
             print(head, file=self.stream, flush=True)
             return self
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        from rich.progress import TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._bar = Progress(
             TextColumn("[bold]{task.description}"),
