@@ -57,6 +57,7 @@ def raw_logit(q: torch.Tensor, k: torch.Tensor) -> float:
     return float((q.double() @ k.double().T).min())
 
 
-def representable(scaled_logit: float, fmt: FloatFormat, headroom: float = 2.0) -> bool:
-    """Whether a scaled score of this size fits the format with room to subtract a max."""
+def representable(scaled_logit: float, fmt: FloatFormat, headroom: float = 1.0) -> bool:
+    """Whether a scaled score of this size fits the format (times ``headroom``): a score that no
+    implementation in this format can hold is no test of the kernel."""
     return math.isfinite(scaled_logit) and abs(scaled_logit) * headroom < fmt.max

@@ -1,6 +1,6 @@
 """Run the probe catalogue against one target, per dtype, and collect one row per probe.
 
-A probe's row is its worst case (fail > error > note > unsupported > pass; ties broken by how much
+A probe's row is its worst case (fail > error > note > pass > unsupported; ties broken by how much
 of the bound the error used), so the table shows the three numbers of the case that matters and
 the case's label in the note. Every case is kept for --json.
 """
@@ -70,6 +70,9 @@ def _row(name: str, dtype: str, cases: list[Case], seconds: float) -> ProbeResul
     n_bad = sum(1 for c in cases if c.verdict.status == v.status)
     if v.status != "pass" and n_bad > 1:
         note += f" (+{n_bad - 1} more {v.status})"
+    n_refused = sum(1 for c in cases if c.verdict.status == "unsupported")
+    if v.status != "unsupported" and n_refused:
+        note += f"; {n_refused} case(s) unsupported"
     return ProbeResult(name=name, dtype=dtype, status=v.status, target_error=v.target_error,
                        baseline_error=v.baseline_error, bound=v.bound, note=note, seconds=seconds,
                        cases=tuple(cases))

@@ -62,11 +62,11 @@ class Rule:
 
 RULES = (
     Rule(name="finite-inf-constant", severity="high",
-         pattern=rf"\b{_INF_NAME}\b\s*=\s*\(?\s*[-+]?\s*(?:{{BIG}})|#define\s+{_INF_NAME}\s+\(?\s*[-+]?(?:{{BIG}})",
+         pattern=rf"\b{_INF_NAME}\b\s*=\s*\(?\s*(?:[-+]?\s*{_NUM}\s*\*\s*)?[-+]?\s*(?:{{BIG}})|#define\s+{_INF_NAME}\s+\(?\s*[-+]?(?:{{BIG}})",
          why="a constant named like infinity/mask value holds a finite number: logits beyond it are "
              "treated as masked or empty (flashinfer#4267: math::inf = 5e4 zeroed real rows)"),
     Rule(name="finite-mask-fill", severity="high",
-         pattern=rf"{_FILL_CALL}[^;]*?,\s*\(?(?:{{NEG}})|\?\s*[^:;]+:\s*(?:{{NEG}})|"
+         pattern=rf"{_FILL_CALL}[^;]*?,\s*\(?(?:{{NEG}})|\?\s*[^:;]+:\s*(?:{{NEG}})|\?\s*(?:{{NEG}})\s*:|"
                  rf"\+=\s*tl\.where\([^;]*(?:{{NEG}})",
          why="masked logits filled with a finite value: valid logits near or below it leak weight to "
              "masked keys or let them dominate (lattice#361, flashinfer#4401); use -inf and guard empty rows"),

@@ -34,8 +34,9 @@ STATUSES = ("pass", "fail", "error", "unsupported", "note")
 input (NotImplementedError, or torch's "no available kernel"). note: a behaviour probe deviated;
 reported, failing only under --strict."""
 
-# Order used to pick the case that represents a probe: the worst one wins.
-SEVERITY = {"pass": 0, "unsupported": 1, "note": 2, "error": 3, "fail": 4}
+# Order used to pick the case that represents a probe: the worst one wins. "unsupported" ranks
+# lowest, so a probe whose other cases ran shows their verdict (and counts the refusals in its note).
+SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4}
 
 
 @dataclass(frozen=True, kw_only=True)

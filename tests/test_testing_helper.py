@@ -1,0 +1,45 @@
+"""``attnum.testing.assert_attention_close``: one line in a kernel author's test suite."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnum.testing import assert_attention_close
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_torch_sdpa_passes_and_returns_the_report():
+    report = assert_attention_close(F.scaled_dot_product_attention, dtypes=("bf16",),
+                                    probes=("below-sentinel", "fully-masked-rows", "gqa-mapping"))
+    assert report.passed and len(report.results) == 3
+
+
+def test_buggy_kernel_raises_with_the_three_numbers(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from sentinel_attention import attention
+
+    with pytest.raises(AssertionError) as info:
+        assert_attention_close(attention, dtypes="fp32", probes="below-sentinel,scale-argument")
+    msg = str(info.value)
+    assert "below-sentinel [fp32] fail" in msg and "scale-argument" not in msg
+    assert "target_error=" in msg and "baseline_error=" in msg and "bound=" in msg
+    sys.modules.pop("sentinel_attention", None)
+
+
+def test_strict_makes_behaviour_notes_fail():
+    assert_attention_close(F.scaled_dot_product_attention, dtypes="fp32", probes="nonfinite-masked-kv")
+    with pytest.raises(AssertionError, match="nonfinite-masked-kv"):
+        assert_attention_close(F.scaled_dot_product_attention, dtypes="fp32", probes="nonfinite-masked-kv",
+                               strict=True)
