@@ -59,6 +59,20 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
+def _register_adapters() -> None:
+    """The SDPA-signature adapters of other libraries (modules beside this one); imported lazily by
+    each adapter's ``sdpa``, so a missing package only makes that kernel unavailable."""
+    from attnum.kernels import flash_attn, flashinfer, flex, xformers
+
+    for mod, devices, package in ((flex, ("cpu", "cuda"), None), (flash_attn, ("cuda",), "flash_attn"),
+                                  (flashinfer, ("cuda",), "flashinfer"), (xformers, ("cpu", "cuda"), "xformers")):
+        KERNELS[mod.NAME] = Kernel(name=mod.NAME, fn=mod.sdpa, devices=devices, package=package,
+                                   doc=(mod.__doc__ or "").strip().splitlines()[0])
+
+
+_register_adapters()
+
+
 def get_kernel(name: str) -> Kernel:
     try:
         return KERNELS[name]
