@@ -58,6 +58,19 @@ def test_checkpoint_folders_list_mismatches_and_compare_the_rest(tmp_path, capsy
     assert {m["name"]: m["reason"] for m in pair["mismatches"]} == {
         "extra": "only in A", "s": "shape A (4,) vs B (2, 2)"}
     assert res["unpaired_files"] == ["step_000005.safetensors only in A"]
+    assert "only in A" in (tmp_path / "o" / "checkpoints.html").read_text()
+
+
+def test_checkpoint_folders_over_steps_draw_curves(tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    for step in (0, 10, 20):
+        _folder(a, {"w": torch.zeros(8)}, step=step)
+        _folder(b, {"w": torch.full((8,), 1e-3 * (step + 1))}, step=step)
+    assert main(["diverge", "--checkpoints", str(a), str(b), "--out", str(tmp_path / "o")]) == 0
+    res = json.loads((tmp_path / "o" / "checkpoints.json").read_text())
+    assert [p["step"] for p in res["pairs"]] == [0, 10, 20]
+    assert res["pairs"][2]["max_abs"] == pytest.approx(0.021, rel=1e-6)
+    assert (tmp_path / "o" / "fig_checkpoints.svg").is_file()
 
 
 def test_checkpoint_folders_accept_torch_state_dicts(tmp_path, capsys):

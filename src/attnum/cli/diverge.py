@@ -33,10 +33,12 @@ def register(app: typer.Typer) -> None:
         """Train flash vs baseline, a different init seed, and low precision; compare the weights."""
         if checkpoints:
             from attnum.training.folder_compare import compare_folders
+            from attnum.training.report import write_checkpoint_report
 
             result = compare_folders(*checkpoints)
             out.mkdir(parents=True, exist_ok=True)
             (out / "checkpoints.json").write_text(json.dumps(result, indent=1))
+            write_checkpoint_report(result, out)
             print(json.dumps(result, indent=1) if as_json else _folders_text(result))
             return
         from attnum.training.diverge import DivergeConfig, run_diverge

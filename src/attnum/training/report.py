@@ -124,3 +124,47 @@ distributions of all weights (concatenated); max |dW| is over every tensor.</p>
     path = out / "index.html"
     path.write_text(page)
     return path
+
+
+def write_checkpoint_report(result: dict, out: Path) -> Path:
+    """Curves over steps (when the folders hold several step files) and an HTML table for
+    ``attnum diverge --checkpoints``; reads only ``folder_compare.compare_folders``' result."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    pairs = result["pairs"]
+    stepped = [p for p in pairs if p["step"] is not None]
+    figure = ""
+    if len(stepped) >= 2:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        for ax, key, label in ((axes[0], "max_abs", "max |W_A - W_B|"), (axes[1], "w1", "W1 of all weights")):
+            ax.plot([p["step"] for p in stepped], [p[key] for p in stepped], marker="o", ms=3)
+            ax.set_xlabel("step")
+            ax.set_ylabel(label)
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        for suffix in ("png", "svg"):
+            fig.savefig(out / f"fig_checkpoints.{suffix}", dpi=120)
+        plt.close(fig)
+        figure = f"<figure>{_svg_inline(out / 'fig_checkpoints.svg')}</figure>"
+    rows = "".join(
+        f"<tr><td style='text-align:left'>{html.escape(p['name'])}</td><td>{p['max_abs']:.3e}</td>"
+        f"<td>{p['w1']:.3e}</td><td>{p['w1_mean']:.3e}</td><td>{len(p['per_tensor'])}</td>"
+        f"<td style='text-align:left'>{html.escape('; '.join(m['name'] + ': ' + m['reason'] for m in p['mismatches']))}</td></tr>"
+        for p in pairs
+    )
+    unpaired = "".join(f"<li>{html.escape(u)}</li>" for u in result["unpaired_files"])
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>attnum diverge --checkpoints</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}svg{{max-width:100%;height:auto}}</style></head><body>
+<h1>Checkpoint divergence</h1><p>A = <code>{html.escape(result['a'])}</code>, B = <code>{html.escape(result['b'])}</code></p>
+<table><tr><th>pair</th><th>max |dW|</th><th>W1 (all weights)</th><th>mean per-tensor W1</th><th>tensors compared</th>
+<th>mismatches (left out)</th></tr>{rows}</table>
+{f"<h2>Unpaired files</h2><ul>{unpaired}</ul>" if unpaired else ""}{figure}</body></html>"""
+    path = out / "checkpoints.html"
+    path.write_text(page)
+    return path
