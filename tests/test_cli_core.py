@@ -64,3 +64,12 @@ def test_validate_against_torch_cpu_flash(capsys):
         assert r["max_ulp"] <= 4, r
         assert r["emulation_vs_golden"] <= 2 * r["kernel_vs_golden"], r
     assert min(r["identical"] for r in rows if r["format"] == "bf16") > 0.5
+
+
+def test_compare_grad_json(capsys):
+    code, out, _ = run_cli(capsys, "compare", "--grad", "--policy", "fp64", "--seq-len", "64", "--heads", "2",
+                           "--json")
+    assert code == 0
+    result = json.loads(out)
+    for grad in ("dq", "dk", "dv"):
+        assert result["metrics"]["flash_vs_golden"][grad]["max_abs"] <= 1e-12

@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
         logit_scale: float = typer.Option(1.0, help="Multiply Q by this (logit magnitude)."),
         seed: int = typer.Option(0, help="Input seed."),
         device: str = typer.Option("cpu", help="cpu or cuda."),
+        grad: bool = typer.Option(False, "--grad", help="Compare gradients dQ, dK, dV instead of outputs."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Compare flash and baseline attention under a precision policy with the float64 golden value."""
@@ -45,6 +46,15 @@ def register(app: typer.Typer) -> None:
             swap_blocks=swap_blocks, square=square, variant=variant, kv_order=kv_order, causal=causal,
             dist=dist, logit_scale=logit_scale, seed=seed, device=device,
         )
+        if grad:
+            from attnum.training.grad_compare import run_grad_compare
+
+            result = run_grad_compare(cfg)
+            if as_json:
+                print(json.dumps(result, indent=2))
+            else:
+                print_grad_result(result)
+            return
         result = run_compare(cfg)
         if as_json:
             print(json.dumps(result, indent=2))
@@ -72,3 +82,21 @@ def print_result(result: dict) -> None:
     r = result["ratio"]
     console.print(f"flash/baseline error vs golden: max_abs {r['max_abs']:.3g}x, mean_abs {r['mean_abs']:.3g}x, "
                   f"rmse {r['rmse']:.3g}x")
+
+
+def print_grad_result(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from attnum.training.grad_compare import grad_rows
+
+    pol, tiles = result["policy"], result["tiles"]
+    table = Table(title=f"gradients under {pol['name']}  N={result['config']['seq_len']}  Bc={tiles['Bc']}")
+    for col in ("pair", "grad", "max_abs", "mean_abs", "rmse", "max_ulp"):
+        table.add_column(col, justify="right" if col not in ("pair", "grad") else "left")
+    for pair, gr, *vals in grad_rows(result):
+        table.add_row(pair, gr, *(f"{x:.3e}" for x in vals))
+    console = Console(width=max(Console().width, 150))
+    console.print(table)
+    for gr, r in result["ratio"].items():
+        console.print(f"{gr}: flash/baseline error vs golden max_abs {r['max_abs']:.3g}x, rmse {r['rmse']:.3g}x")
