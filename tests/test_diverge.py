@@ -97,6 +97,15 @@ def test_bad_workload_exits_2(tmp_path, capsys):
     assert "workload='imagenet'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("spec", ["nope", "flash:notaformat", "torch-sdpa-efficient"])
+def test_bad_attention_fails_before_training(tmp_path, capsys, spec):
+    if spec == "torch-sdpa-efficient" and torch.cuda.is_available():
+        pytest.skip("the efficient kernel is available on CUDA machines")
+    assert main(["diverge", "--attention", spec, "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "training" not in captured.out and spec.split(":")[-1] in captured.err
+
+
 def test_diverge_flags_map_onto_the_config():
     """Every DivergeConfig field is a CLI flag (torchtitan-style pin of the CLI surface)."""
     import dataclasses

@@ -119,5 +119,16 @@ def resolve_attention(spec: str | SdpaFn, *, block_q: int | None = None, block_k
     raise AttnumInputError(f"attention={spec!r} is not allowed; expected one of {known}")
 
 
+def check_spec(spec: str | SdpaFn, device: str = "cpu") -> None:
+    """Fail before any work if ``spec`` is unknown, or names a real kernel this machine cannot run."""
+    resolve_attention(spec)
+    if isinstance(spec, str) and spec != "eager" and spec != "golden" and ":" not in spec:
+        from attnum.kernels.registry import kernel_status
+
+        ok, why = kernel_status(spec, device)
+        if not ok:
+            raise AttnumInputError(f"attention={spec!r} is not available here: {why}")
+
+
 def describe(spec: str | SdpaFn) -> str:
     return spec if isinstance(spec, str) else getattr(spec, "__name__", repr(spec))
