@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from kernel_utils import expand_kv, mask_bias  # sibling module: file targets can import siblings
 
 MASK_VALUE = -5e4  # the bug: finite

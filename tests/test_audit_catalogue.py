@@ -2,6 +2,7 @@
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ def test_catalogue_has_every_required_probe_one_module_each():
         assert mod.PROBE.name in PROBES
         assert mod.PROBE.refs and mod.__doc__
         assert any(ref.split("#")[0].split(" ")[0] in mod.__doc__ for ref in mod.PROBE.refs), name
-        assert len(open(mod.__file__).read().splitlines()) <= 300
+        assert len(Path(mod.__file__).read_text().splitlines()) <= 300
 
 
 def test_default_set_is_every_probe_and_select_validates():
@@ -42,7 +43,7 @@ def test_default_set_is_every_probe_and_select_validates():
 def test_config_maps_flags_and_validates():
     cfg = AuditConfig(target="torch-sdpa", dtypes="bfloat16,fp32,bf16", probes="determinism")
     assert cfg.dtypes == ("bf16", "fp32") and cfg.probes == ("determinism",)
-    for bad in (dict(dtypes="fp8"), dict(device="tpu"), dict(k=0.0), dict(floor_ulps=-1.0), dict(empty_rows="x")):
+    for bad in ({"dtypes": "fp8"}, {"device": "tpu"}, {"k": 0.0}, {"floor_ulps": -1.0}, {"empty_rows": "x"}):
         with pytest.raises(AttnumInputError):
             AuditConfig(target="torch-sdpa", **bad)
     with pytest.raises(AttnumInputError):

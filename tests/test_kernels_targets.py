@@ -77,7 +77,7 @@ def test_signature_check(sig_ok, fn):
 
 
 def test_adapters_declare_status_and_sdpa():
-    for name, mod in ADAPTERS.items():
+    for mod in ADAPTERS.values():
         ok, why = mod.status("cpu")
         assert isinstance(ok, bool) and (ok or why)
         assert callable(mod.sdpa)

@@ -45,8 +45,9 @@ def assert_attention_close(
     report = run_audit(cfg, target=fn)
     bad = [r for r in report.results if not r.passed]
     if bad:
-        lines = [f"{len(bad)} attnum probe(s) failed for {name} "
-                 f"(rule: err <= {k:g} x baseline + {floor_ulps:g} ulp; gradients {k_grad:g} x):"]
+        head = (f"{len(bad)} attnum probe(s) failed for {name} "
+                f"(rule: err <= {k:g} x baseline + {floor_ulps:g} ulp; gradients {k_grad:g} x):")
+        lines = [head]
         lines += [f"  {r.name} [{r.dtype}] {r.status}: target_error={r.target_error:.3g} "
                   f"baseline_error={r.baseline_error:.3g} bound={r.bound:.3g} - {r.note}" for r in bad]
         raise AssertionError("\n".join(lines))

@@ -58,7 +58,7 @@ class Probe:
     name: str
     summary: str
     refs: tuple[str, ...]
-    run: Callable[["ProbeContext"], list[Case]]
+    run: Callable[[ProbeContext], list[Case]]
     kind: str = "forward"
     default: bool = True
 
@@ -93,7 +93,7 @@ class ProbeContext:
         if self.k <= 0 or self.k_grad <= 0 or self.floor_ulps < 0:
             raise ValueError(f"{self.k=} and {self.k_grad=} must be positive, {self.floor_ulps=} >= 0")
 
-    def as_behaviour(self) -> "ProbeContext":
+    def as_behaviour(self) -> ProbeContext:
         """The same context whose failures are reported as notes unless --strict."""
         return replace(self, behaviour=True)
 
@@ -135,12 +135,12 @@ class ProbeContext:
               enable_gqa=False, clean=None, out=None) -> Case:
         """Verdict for one forward case. ``clean`` = (q, k, v) whose golden stands for this input
         (the NaN-planting probe); ``out`` = a target output already computed."""
-        kw = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
         if out is None:
-            call_kw = dict(kw, enable_gqa=True) if enable_gqa else kw
+            call_kw = {**kw, "enable_gqa": True} if enable_gqa else kw
             try:
                 out = self.call(q, k, v, **call_kw)
-            except Exception as exc:  # the kernel's failure is the finding, not ours
+            except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
                 return Case(label=label, verdict=raised(exc))
         rq, rk, rv = clean if clean is not None else (q, k, v)
         g = self.expected(rq, rk, rv, **kw)
@@ -152,9 +152,10 @@ class ProbeContext:
     def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
                    row_weight: torch.Tensor | None = None) -> Case:
         """Verdict for dq, dk, dv of loss = sum(out * w), w ~ N(0,1) seeded, times ``row_weight``
-        (B, H, N) so a loss can ignore rows. Golden: float64 autograd; baseline: autograd of the
-        same-precision reference; multiplier ``k_grad`` (FA's 3x for dq/dk/dv)."""
-        kw = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        (B, H, N) so a loss can ignore rows. Golden: float64 autograd; baseline: the less accurate of
+        autograd through the same-precision reference and FA2's recompute-from-LSE backward
+        (see attnum.audit.reference); multiplier ``k_grad``."""
+        kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
         shape = (*q.shape[:-1], v.shape[-1])
         w = self.randn(*shape, salt=7)
         if row_weight is not None:
@@ -172,7 +173,7 @@ class ProbeContext:
 
         try:
             t = grads(self.target, (q, k, v), self.device)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
             return Case(label=label, verdict=raised(exc))
         g = grads(reference.golden_grad_reference, (q.double(), k.double(), v.double()), "cpu")
         b_eager = grads(reference.baseline_grad_reference, (q, k, v), "cpu")

@@ -90,7 +90,7 @@ def _bias(attn_mask, is_causal, shape, dtype, device) -> torch.Tensor | None:
 
 
 def _attention(q, k, v, attn_mask, is_causal, scale, softmax_dtype) -> torch.Tensor:
-    b, h, g, n, s, d, dv = masks.check_qkv(q, k, v)
+    b, h, _, n, s, d, dv = masks.check_qkv(q, k, v)
     k, v = masks.expand_kv(k, h), masks.expand_kv(v, h)
     if s == 0:
         return q.new_zeros(b, h, n, dv) + 0 * q.sum()  # keep q in the graph: its gradient is 0
@@ -122,7 +122,7 @@ def fa2_grads(q, k, v, dout, *, attn_mask=None, is_causal=False, scale=None) -> 
     """
     policy = parse_policy(f"fa2:{_FORMAT_OF[q.dtype]}")
     c = policy.carrier
-    b, h, g, n, s, d, dv = masks.check_qkv(q, k, v)
+    b, h, _, n, s, d, _ = masks.check_qkv(q, k, v)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     out = flash_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=sc, policy=policy,
                           block_q=FA2_TILE, block_k=FA2_TILE)

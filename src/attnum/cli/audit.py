@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,7 +23,7 @@ def register(app: typer.Typer) -> None:
                                                "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers)"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-        probes: Optional[str] = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
+        probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
         strict: bool = typer.Option(False, "--strict", help="behaviour probes (NaN in masked K/V, determinism, "
                                                             "batch invariance) fail instead of noting"),
         k: float = typer.Option(2.0, "--k", help="fail when err > k x baseline err + floor"),
@@ -33,7 +32,7 @@ def register(app: typer.Typer) -> None:
         empty_rows: str = typer.Option("zeros", "--empty-rows", help="expected output of fully masked rows: zeros or nan"),
         seed: int = typer.Option(0, "--seed"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
-        html_file: Optional[Path] = typer.Option(None, "--html", help="also write an HTML report here"),
+        html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
     ) -> int:
         """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import List, Optional
 
 import typer
 
@@ -15,8 +14,8 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("scan")
     def scan(
-        paths: Optional[List[str]] = typer.Argument(None, help="files or folders (.py, .cu, .cuh, .cpp, .h, ...)"),
-        package: Optional[str] = typer.Option(None, "--package", help="scan an installed package's files"),
+        paths: list[str] | None = typer.Argument(None, help="files or folders (.py, .cu, .cuh, .cpp, .h, ...)"),
+        package: str | None = typer.Option(None, "--package", help="scan an installed package's files"),
         min_severity: str = typer.Option("low", "--min-severity", help="low, medium or high"),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
     ) -> int:

@@ -43,7 +43,7 @@ def _import_file(path: Path, spec: str):
     sys.modules[name] = module
     try:
         mod_spec.loader.exec_module(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is a usage error
         sys.modules.pop(name, None)
         raise AttnumInputError(f"target {spec!r}: importing {str(path)!r} failed: "
                                f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
@@ -53,7 +53,7 @@ def _import_file(path: Path, spec: str):
 def _import_module(name: str, spec: str):
     try:
         return importlib.import_module(name)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the import raises is a usage error
         raise AttnumInputError(f"target {spec!r}: cannot import module {name!r}: "
                                f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
 

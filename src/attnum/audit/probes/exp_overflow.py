@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from attnum.audit.harness import Case, Probe, ProbeContext
 
 LEVELS = (100.0, 1000.0)  # scaled logits; exp(100) and exp(1000) overflow float32
