@@ -21,7 +21,7 @@ block_k = 16
 [axes]
 format = ["e6m5", "e5m7"]
 policy = ["uniform"]
-seq_len = [160, 224]
+seq_len = [256, 320]
 seed = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 """
 N_POINTS = 40

@@ -67,7 +67,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
             with SweepProgress(
                 total=len(todo), skipped=len(planned) - len(todo), title=spec.name, quiet=options.quiet
             ) as progress:
-                for point, result in _execute(todo, spec.kernels, options):
+                for point, result in _execute(todo, spec.kernel_names, options):
                     store.write(result, run_id)
                     failed += result["status"] != "done"
                     progress.advance(point.label(), result)

@@ -7,6 +7,7 @@ A kernel the machine lacks is recorded as unavailable with the registry's reason
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -42,8 +43,16 @@ def kernel_deviations(point: Point, *, dtype: torch.dtype, kernels: tuple[str, .
         if not available:
             out[name] = {"available": False, "reason": reason}
             continue
+        kernel = get_kernel(name)
+        if dtype not in kernel.dtypes:
+            out[name] = {"available": False, "reason": f"{name} does not take {str(dtype).removeprefix('torch.')}"}
+            continue
         try:
-            o_BHNd = get_kernel(name).fn(q.to(device), k.to(device), v.to(device), is_causal=point.causal)
+            with warnings.catch_warnings():
+                # Eager flex says once per process that it runs unfused; that is what we measure, and
+                # the warning would break the progress bar.
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+                o_BHNd = kernel.fn(q.to(device), k.to(device), v.to(device), is_causal=point.causal)
         except Exception as err:  # noqa: BLE001 - e.g. a backend that refuses this dtype: say so, go on
             out[name] = {"available": False, "reason": f"raised {type(err).__name__}: {err}"}
             continue

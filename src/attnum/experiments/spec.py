@@ -37,8 +37,9 @@ else:  # pragma: no cover - py3.10
 
 _TOP_KEYS = ("name", "description", "record", "kernels", "defaults", "axes", "points", "group")
 _GROUP_KEYS = ("name", "axes", "points")
-# Real kernels recorded by default: the CPU torch SDPA backends; CUDA-only ones report "unavailable".
-DEFAULT_KERNELS = ("torch-sdpa-math", "torch-sdpa-flash", "torch-sdpa-efficient", "torch-sdpa-cudnn")
+# By default every kernel in the registry is recorded; those this machine lacks say "unavailable".
+# "all" stays "all" in the canonical spec, so a registry that grows does not orphan a results folder.
+ALL_KERNELS = "all"
 MAX_POINTS = 200_000  # a typo like seq_len = range(1, 10**6) should fail fast, not run for a week
 
 
@@ -71,6 +72,15 @@ class SweepSpec:
         bad = [r for r in self.record if r not in COMPARISONS]
         if bad:
             raise AttnumInputError(f"{self.source}: record={bad[0]!r} is not allowed; expected {COMPARISONS}")
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        """The kernels to run, with "all" expanded to the registry's current list."""
+        if self.kernels == (ALL_KERNELS,):
+            from attnum.kernels.registry import KERNELS
+
+            return tuple(KERNELS)
+        return self.kernels
 
     @property
     def record_kernels(self) -> bool:
@@ -126,8 +136,9 @@ def spec_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> SweepSpec
     if not isinstance(name, str) or not name:
         raise _bad(source, "name", name, "a non-empty string")
     record = _str_list(data.get("record", list(COMPARISONS)), source, "record", COMPARISONS)
-    kernels = _str_list(data.get("kernels", list(DEFAULT_KERNELS)), source, "kernels", None)
-    _check_kernel_names(kernels, source)
+    kernels = _str_list(data.get("kernels", ALL_KERNELS), source, "kernels", None)
+    if kernels != [ALL_KERNELS]:
+        _check_kernel_names(kernels, source)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise _bad(source, "defaults", defaults, "a table of axis = value")
@@ -249,13 +260,11 @@ def _str_list(value: Any, source: str, key: str, allowed: tuple[str, ...] | None
 
 
 def _check_kernel_names(kernels: list[str], source: str) -> None:
-    try:
-        from attnum.kernels.registry import KERNELS
-    except ImportError:  # registry not built yet: names are checked when the kernel point runs
-        return
+    from attnum.kernels.registry import KERNELS
+
     for k in kernels:
         if k not in KERNELS:
-            raise _bad(source, "kernels", k, f"one of {sorted(KERNELS)}")
+            raise _bad(source, "kernels", k, f"'all' or one of {sorted(KERNELS)}")
 
 
 def _bad(source: str, key: str, value: Any, allowed: str) -> AttnumInputError:

@@ -199,10 +199,10 @@ def kernels(rows: list[Row], out_dir: Path) -> list[Path]:
     fig, axes = panels(1, title=f"Real kernels vs emulation: deviation from the fp64 golden, N={n}", width=8)
     ax = axes[0][0]
     pos = {f: j for j, f in enumerate(fmts)}
-    for name in names:
+    for i, name in enumerate(names):
         pts = series(krows, x="format", y=f"kernels.{name}.max_abs", by=()).get((), [])
         spread_line(ax, [(pos[f], s) for f, s in pts], label=f"kernel {name}", color="black",
-                    linestyle="-" if "math" in name else "--", marker="D")
+                    linestyle=("-", "--", ":", "-.")[i % 4], marker="DvP*X"[i % 5])
     for policy in _policies(comp):
         pick = select(comp, policy=policy, variant="fa2")
         pts = series(pick, x="format", y="flash_vs_golden.max_abs", by=()).get((), [])
