@@ -81,6 +81,7 @@ def test_diffusers_processors_route_through_recorder_with_layer_names():
         got = unet(x, 3, encoder_hidden_states=enc).sample
     assert len(rec.records) == n
     assert rec.records[0]["module"] == "down_blocks.0.attentions.0.transformer_blocks.0.attn1"
+    assert [r["layer"] for r in rec.records] == [0, 0, 0, 0, 1, 1, 1, 1]  # first integer of the path
     # eager vs torch's fp32 SDPA: a few fp32 ulps per layer (6.5 measured), bound 64 ulps of the max
     tol = 64 * torch.finfo(torch.float32).eps * float(want.detach().abs().max())
     assert float((got - want).detach().abs().max()) <= tol

@@ -98,13 +98,16 @@ class ShadowRecorder:
         self.step += 1
         self._calls_this_step = 0
 
-    def _site(self) -> tuple[str | None, int | None]:
-        if not self._stack:
+    def _site(self, site: str | None = None) -> tuple[str | None, int | None]:
+        """(module path, layer index) of the current call; ``site`` overrides the path."""
+        if not self._stack and site is None:
             return None, None
-        module = self._stack[-1]
-        path = self._names.get(id(module))
-        if path is None:  # module outside the watched model: class names from the stack
-            path = "/".join(type(m).__name__ for m in self._stack[-3:])
+        path = site
+        if path is None:
+            module = self._stack[-1]
+            path = self._names.get(id(module))
+            if path is None:  # module outside the watched model: class names from the stack
+                path = "/".join(type(m).__name__ for m in self._stack[-3:])
         layer = next((m.layer_idx for m in reversed(self._stack)
                       if isinstance(getattr(m, "layer_idx", None), int)), None)
         if layer is None:
@@ -124,12 +127,12 @@ class ShadowRecorder:
         with torch.no_grad():
             other = second(query.detach(), key.detach(), value.detach(), **kw)
         cand, ref = (out, other) if self.cfg.propagate == "candidate" else (other, out)
-        path, layer = self._site()
+        path, layer = self._site(site)
         self.records.append({
             "index": len(self.records),
             "step": self.step,
             "call_in_step": self._calls_this_step,
-            "module": site or path,
+            "module": path,
             "layer": layer,
             "kind": kind,
             "q_shape": list(query.shape), "k_shape": list(key.shape), "dtype": str(query.dtype).replace("torch.", ""),
