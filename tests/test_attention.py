@@ -196,3 +196,17 @@ def test_nan_in_keys_propagates_not_zeroed():
         out = fn(q, k, v)
         assert torch.isnan(out[0, 0]).all(), fn.__name__
         assert torch.isfinite(out[0, 1:]).all(), fn.__name__
+
+
+@pytest.mark.parametrize("policy", ["fp32", "fa2:bf16", "uniform:fp16"])
+def test_power_of_two_prescale_is_bit_identical(policy):
+    """Moving a power-of-two scale onto Q must not change a single bit of the scores."""
+    from attnum.attention import steps
+
+    pol = parse_policy(policy)
+    q, k, _ = qkv(N=64, S=64, d=64)
+    q, k = round_to(q.to(pol.carrier), pol.inputs), round_to(k.to(pol.carrier), pol.inputs)
+    qs, post = steps.prescale(q, 0.125, pol)
+    assert post == 1.0
+    assert torch.equal(steps.scores(qs, k, post, None, None, pol), steps.scores(q, k, 0.125, None, None, pol))
+    assert steps.prescale(q, 1 / math.sqrt(128), pol)[1] == 1 / math.sqrt(128)

@@ -63,6 +63,7 @@ def flash_forward(
     B, H, N, _ = q_BHNd.shape
     S, dv = v_BHSd.shape[-2], v_BHSd.shape[-1]
     c = q_BHNd.dtype
+    q_BHNd, scale = steps.prescale(q_BHNd, scale, policy)
     m = torch.full((B, H, N, 1), NEG_INF, dtype=c, device=q_BHNd.device)  # running max m_i
     l = torch.zeros((B, H, N, 1), dtype=c, device=q_BHNd.device)  # running sum l_i
     o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)

@@ -10,7 +10,10 @@ import math
 import torch
 
 from attnum.attention import masks
-from attnum.attention.steps import query_chunk, safe_max, zero_empty_rows_
+from attnum.attention.steps import prescale, query_chunk
+from attnum.policy import uniform
+
+_FP64 = uniform("fp64")
 
 
 def golden_attention(
@@ -35,19 +38,25 @@ def golden_attention(
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), torch.float64, q.device)
     out = torch.empty(B, H, N, dv, dtype=torch.float64, device=q.device)
-    lse = torch.empty(B, H, N, dtype=torch.float64, device=q.device)
+    lse = torch.empty(B, H, N, dtype=torch.float64, device=q.device) if return_lse else None
+    q, post_scale = prescale(q, scale, _FP64)
     kT = k.transpose(-1, -2)
     step = query_chunk(B, H, S)
     for i0 in range(0, N, step):
         i1 = min(N, i0 + step)
-        s = (q[:, :, i0:i1] @ kT).mul_(scale)
-        for bias in (masks.slice_queries(additive, i0, i1), masks.slice_queries(hard, i0, i1)):
-            if bias is not None:
-                s = s.add_(bias)
-        m = safe_max(s.amax(dim=-1, keepdim=True))
-        p = s.sub_(m).exp_()
-        l = p.sum(dim=-1, keepdim=True)
-        o = (p @ v).div_(l)
-        out[:, :, i0:i1] = zero_empty_rows_(o, l)
-        lse[:, :, i0:i1] = (m + torch.log(l)).squeeze(-1)
+        s = q[:, :, i0:i1] @ kT
+        if post_scale != 1.0:
+            s = s.mul_(post_scale)
+        biases = [b for b in (masks.slice_queries(additive, i0, i1), masks.slice_queries(hard, i0, i1))
+                  if b is not None]
+        for bias in biases:
+            s = s.add_(bias)
+        if lse is not None:
+            lse[:, :, i0:i1] = torch.logsumexp(s, dim=-1)
+        # Rows whose every score is -inf (fully masked) have no softmax: they give 0.
+        empty = (s == float("-inf")).all(dim=-1, keepdim=True) if biases else None
+        o = torch.softmax(s, dim=-1) @ v  # fused max / exp-sum / divide in float64
+        if empty is not None and bool(empty.any()):
+            o = o.masked_fill_(empty, 0.0)
+        out[:, :, i0:i1] = o
     return (out, lse) if return_lse else out

@@ -5,6 +5,8 @@ Shape alphabet: B batch, H heads, N queries, S keys (or a block of Bc keys), d h
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attnum.policy import Policy
@@ -40,12 +42,38 @@ def scores(
 ) -> torch.Tensor:
     """S = scale * Q K^T rounded at ``scores``; an additive mask is added and rounded there again
     (as torch adds a float mask in the scores' dtype); -inf masking is exact."""
-    s_BHNS = policy.round("scores", matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy).mul_(scale))
+    s_BHNS = matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy)
+    if scale != 1.0:
+        s_BHNS = s_BHNS.mul_(scale)
+    s_BHNS = policy.round("scores", s_BHNS)
     if additive is not None:
         s_BHNS = policy.round("scores", s_BHNS.add_(additive))
     if hard is not None:
         s_BHNS = s_BHNS.add_(hard)
     return s_BHNS
+
+
+def prescale(q: torch.Tensor, scale: float, policy: Policy) -> tuple[torch.Tensor, float]:
+    """(q', s') with q' K^T s' == scale * (Q K^T) bit for bit, and s' = 1 when possible.
+
+    A power-of-two scale commutes with every rounding as long as nothing leaves the carrier's
+    normal range, so it can be applied to Q once instead of to every score tile (an N x S pass
+    saved per tile). Otherwise the scale stays where the kernels apply it: after the matmul.
+    The one difference: a dot product whose partial sums fall below the carrier's smallest
+    normal (|x| < 2**-126 in float32) rounds on the subnormal grid of the scaled value. An
+    emulated accumulator format has a far narrower range, so there the scale is never moved.
+    """
+    mant, _ = math.frexp(scale)
+    if mant != 0.5 or q.numel() == 0 or policy.matmul_mode == "emulated":
+        return q, scale
+    finfo = torch.finfo(q.dtype)
+    a = q.abs()
+    nonzero = a[a > 0]
+    lo = nonzero.min().item() if nonzero.numel() else 1.0
+    hi = a.max().item()
+    if not (math.isfinite(hi) and lo * scale >= finfo.tiny and hi * scale <= finfo.max):
+        return q, scale
+    return q * scale, 1.0
 
 
 def zero_empty_rows_(x: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
