@@ -105,3 +105,9 @@ def test_empty_rows_nan_convention_flips_the_verdicts():
     rows, _ = audit("sdpa", "fully-masked-rows", fn=F.scaled_dot_product_attention, empty_rows="nan")
     row = rows[("fully-masked-rows", "fp32")]
     assert row.status == "fail" and "declared NaN" in row.note  # torch >= 2.5 returns zeros
+
+
+def test_fp16_scores_kernel_fails_qk_overflow_only_in_fp16():
+    rows, _ = audit(f"{EXAMPLES}/fp16_scores_attention.py:attention", "qk-overflow", "bf16,fp16,fp32")
+    assert rows[("qk-overflow", "fp16")].status == "fail" and "NaN" in rows[("qk-overflow", "fp16")].note
+    assert rows[("qk-overflow", "bf16")].status == "pass" and rows[("qk-overflow", "fp32")].status == "pass"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import warnings
 
 import torch
 
@@ -54,4 +55,6 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         def score_mod(score, b, h, q_idx, kv_idx):
             return score + bias[b if bb > 1 else 0, h if bh > 1 else 0, q_idx, kv_idx].to(score.dtype)
 
-    return flex_attention(query, key, value, score_mod=score_mod, scale=scale, enable_gqa=enable_gqa)
+    with warnings.catch_warnings():  # eager flex warns on every call that it is not compiled
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention(query, key, value, score_mod=score_mod, scale=scale, enable_gqa=enable_gqa)
