@@ -64,9 +64,15 @@ def _register_adapters() -> None:
     each adapter's ``sdpa``, so a missing package only makes that kernel unavailable."""
     from attnum.kernels import flash_attn, flashinfer, flex, xformers
 
-    for mod, devices, package in ((flex, ("cpu", "cuda"), None), (flash_attn, ("cuda",), "flash_attn"),
-                                  (flashinfer, ("cuda",), "flashinfer"), (xformers, ("cpu", "cuda"), "xformers")):
-        KERNELS[mod.NAME] = Kernel(name=mod.NAME, fn=mod.sdpa, devices=devices, package=package,
+    half = (torch.bfloat16, torch.float16)
+    every = (torch.float64, torch.float32, *half)
+    for mod, devices, package, dtypes in (
+        (flex, ("cpu", "cuda"), None, every),
+        (flash_attn, ("cuda",), "flash_attn", half),
+        (flashinfer, ("cuda",), "flashinfer", half),
+        (xformers, ("cpu", "cuda"), "xformers", (torch.float32, *half)),
+    ):
+        KERNELS[mod.NAME] = Kernel(name=mod.NAME, fn=mod.sdpa, devices=devices, package=package, dtypes=dtypes,
                                    doc=(mod.__doc__ or "").strip().splitlines()[0])
 
 
