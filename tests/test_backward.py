@@ -163,3 +163,10 @@ def test_grad_compare_result_shape_for_the_cli():
              "flash_vs_baseline", "flash_vs_torch_flash"}
     assert set(r["metrics"]) == pairs
     assert len(grad_rows(r)) == 3 * len(pairs)
+
+
+def test_learned_mask_is_refused_rather_than_silently_frozen():
+    q = torch.randn(1, 1, 4, 4, requires_grad=True)
+    bias = torch.zeros(4, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="attn_mask.requires_grad"):
+        attnum.flash_attention(q, q, q, attn_mask=bias, policy="fp32")

@@ -156,6 +156,10 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def _forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
+        if attn_mask is not None and attn_mask.requires_grad:
+            # A learned additive bias would silently get no gradient: refuse instead.
+            raise AttnumInputError("attn_mask.requires_grad=True is not allowed; the backward gives "
+                                   "gradients for q, k and v only")
         policy = opts.policy
         B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)
         c = policy.carrier
