@@ -16,7 +16,11 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+TORCH_2_5 = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not TORCH_2_5, reason="torch < 2.5 returns NaN for fully masked rows and has no enable_gqa")
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("backend", ["torch-sdpa-math", "torch-sdpa-flash"])
 def test_torch_backends_pass_every_probe(backend, dtype, device):
