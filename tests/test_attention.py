@@ -210,3 +210,16 @@ def test_power_of_two_prescale_is_bit_identical(policy):
     assert post == 1.0
     assert torch.equal(steps.scores(qs, k, post, None, None, pol), steps.scores(q, k, 0.125, None, None, pol))
     assert steps.prescale(q, 1 / math.sqrt(128), pol)[1] == 1 / math.sqrt(128)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3fn"])
+def test_workspace_rounding_equals_round_to(fmt):
+    from attnum.attention.steps import Workspace
+
+    x = torch.randn(4, 64, 33, generator=torch.Generator().manual_seed(5)) * 300
+    x[0, 0, :4] = torch.tensor([math.nan, math.inf, -0.0, 1e-40])
+    pol = uniform(fmt)
+    want = pol.round("probs", x.clone())
+    got = Workspace().round_(pol, "probs", x.clone())
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num()) and torch.equal(got.signbit(), want.signbit())

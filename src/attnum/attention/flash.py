@@ -67,31 +67,34 @@ def flash_forward(
     m = torch.full((B, H, N, 1), NEG_INF, dtype=c, device=q_BHNd.device)  # running max m_i
     l = torch.zeros((B, H, N, 1), dtype=c, device=q_BHNd.device)  # running sum l_i
     o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)
+    ws = steps.Workspace()
     for j in kv_tile_order(tiles.Tc(S), kv_order):
         j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
+        buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
         s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, masks.slice_keys(additive, j0, j1),
-                         masks.slice_keys(hard, j0, j1), policy)  # S_ij (B, H, N, Bc)
+                         masks.slice_keys(hard, j0, j1), policy, out=buf)  # S_ij (B, H, N, Bc)
         if variant == "fa2":
-            m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy)
+            m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
         else:
-            m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy)
+            m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
     if variant == "fa2":
         o = _normalize(o, l, policy)
     lse = (m.double() + torch.log(l.double())).squeeze(-1)
     return policy.round("out", o), lse
 
 
-def _fa2_step(s, v_j, m, l, acc, policy: Policy):
+def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: steps.Workspace):
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     m_safe = steps.safe_max(m_new)
     p = policy.round("exp", steps.exp_shifted_(s, m_safe))  # P~_ij
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
-    acc = policy.round("acc", policy.round("acc", alpha * acc) + steps.pv(p, v_j, policy))
+    pv = steps.pv(p, v_j, policy, ws)
+    acc = policy.round("acc", policy.round("acc", acc.mul_(alpha)).add_(pv))  # acc is this loop's own
     return m_new, l, acc
 
 
-def _fa1_step(s, v_j, m, l, o, policy: Policy):
+def _fa1_step(s, v_j, m, l, o, policy: Policy, ws: steps.Workspace):
     m_blk = s.amax(dim=-1, keepdim=True)  # m~_ij
     p = policy.round("exp", steps.exp_shifted_(s, steps.safe_max(m_blk)))  # P~_ij
     l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))  # l~_ij
@@ -100,7 +103,7 @@ def _fa1_step(s, v_j, m, l, o, policy: Policy):
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_i - m_i^new}
     beta = policy.round("rescale", torch.exp(m_blk - m_safe))  # e^{m~_ij - m_i^new}
     l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
-    num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy))
+    num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy, ws))
     o = steps.zero_empty_rows_(num / l_new, l_new)
     return m_new, l_new, policy.round("out", o)  # O_i written back to HBM in the output format
 

@@ -13,15 +13,15 @@ from attnum.policy import Policy
 from attnum.rounding import round_to
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy) -> torch.Tensor:
+def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None) -> torch.Tensor:
     """a @ b under the policy's accumulation model (unrounded at the output site).
 
     exact/native: one BLAS call in the carrier. emulated: the reduction dimension is summed
     ``reduction_chunk`` products at a time exactly (float64), each partial sum added into an
-    accumulator rounded to ``matmul_acc``.
+    accumulator rounded to ``matmul_acc``. ``out``: a buffer to write a native product into.
     """
     if policy.matmul_mode != "emulated":
-        return a @ b
+        return torch.matmul(a, b, out=out) if out is not None else a @ b
     chunk = policy.reduction_chunk or 1
     k = a.shape[-1]
     acc = None
@@ -39,10 +39,11 @@ def scores(
     additive: torch.Tensor | None,
     hard: torch.Tensor | None,
     policy: Policy,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """S = scale * Q K^T rounded at ``scores``; an additive mask is added and rounded there again
     (as torch adds a float mask in the scores' dtype); -inf masking is exact."""
-    s_BHNS = matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy)
+    s_BHNS = matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy, out=out)
     if scale != 1.0:
         s_BHNS = s_BHNS.mul_(scale)
     s_BHNS = policy.round("scores", s_BHNS)
@@ -68,9 +69,8 @@ def prescale(q: torch.Tensor, scale: float, policy: Policy) -> tuple[torch.Tenso
         return q, scale
     finfo = torch.finfo(q.dtype)
     a = q.abs()
-    nonzero = a[a > 0]
-    lo = nonzero.min().item() if nonzero.numel() else 1.0
     hi = a.max().item()
+    lo = a.masked_fill_(a == 0, math.inf).min().item()  # smallest nonzero magnitude
     if not (math.isfinite(hi) and lo * scale >= finfo.tiny and hi * scale <= finfo.max):
         return q, scale
     return q * scale, 1.0
@@ -94,9 +94,43 @@ def safe_max(m: torch.Tensor) -> torch.Tensor:
     return torch.where(m == float("-inf"), torch.zeros_like(m), m)
 
 
-def pv(p_BHNS: torch.Tensor, v_BHSd: torch.Tensor, policy: Policy) -> torch.Tensor:
+def pv(p_BHNS: torch.Tensor, v_BHSd: torch.Tensor, policy: Policy, ws: Workspace | None = None) -> torch.Tensor:
     """P V with P rounded at ``probs`` and the product rounded at ``acc``."""
-    return policy.round("acc", matmul(policy.round("probs", p_BHNS), v_BHSd, policy))
+    p_BHNS = ws.round_(policy, "probs", p_BHNS) if ws is not None else policy.round("probs", p_BHNS)
+    return policy.round("acc", matmul(p_BHNS, v_BHSd, policy))
+
+
+_NATIVE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Workspace:
+    """Scratch tensors reused across the tile loop.
+
+    On CPU a fresh multi-megabyte tensor is mapped from the OS and page-faulted on first touch
+    every time (tens of ms per 64 MB), which would dominate the loop; buffers are allocated once.
+    """
+
+    def __init__(self) -> None:
+        self._bufs: dict[tuple, torch.Tensor] = {}
+
+    def get(self, name: str, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        key = (name, tuple(shape), dtype, device)
+        buf = self._bufs.get(key)
+        if buf is None:
+            buf = self._bufs[key] = torch.empty(shape, dtype=dtype, device=device)
+        return buf
+
+    def round_(self, policy: Policy, site: str, x: torch.Tensor) -> torch.Tensor:
+        """policy.round(site, x), in place in x when it is a float32 carrier rounded to bf16/fp16:
+        torch's nearest-even float32 -> bf16/fp16 conversion into a kept buffer and back (the
+        same conversion round_to uses, so the same bits)."""
+        fmt = getattr(policy, site)
+        native = _NATIVE_DTYPES.get(fmt.name) if fmt.subnormals else None
+        if native is None or x.dtype != torch.float32 or not x.is_contiguous():
+            return policy.round(site, x)
+        buf = self.get(site, x.shape, native, x.device)
+        buf.copy_(x)
+        return x.copy_(buf)
 
 
 def query_chunk(B: int, H: int, S: int, budget_elems: int = 1 << 24) -> int:
