@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import time
+from pathlib import Path
+
+import pytest
 
 from _sweep_helpers import popen_cli, run_cli, write_spec
 
@@ -78,6 +82,39 @@ def test_ctrl_c_with_jobs2_marks_run_interrupted_and_resumes(tmp_path):
         assert run["status"] == "interrupted"
         done_before = store.counts()["done"]
     assert done_before < N_POINTS
+    run_cli("sweep", spec, "--out", out, "--quiet")
+    with open_store(out) as store:
+        assert store.counts() == {"planned": N_POINTS, "done": N_POINTS, "failed": 0, "missing": 0}
+
+
+def _children(pid: int) -> list[int]:
+    """Worker processes (spawned by multiprocessing) whose parent is ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in cmdline:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the worker processes")
+def test_killed_worker_fails_its_points_and_the_sweep_goes_on(tmp_path):
+    spec, out = write_spec(tmp_path, SLOW_SPEC), tmp_path / "out"
+    proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2")
+    _wait_for_rows(proc, out / DB_NAME, 3)
+    workers = _children(proc.pid)
+    assert workers, "no worker processes found"
+    os.kill(workers[0], signal.SIGKILL)
+    assert proc.wait(timeout=180) == 0, proc.stderr.read()
+    with open_store(out) as store:
+        counts = store.counts()
+        failed = store.rows(status="failed")
+    assert counts["missing"] == 0 and counts["failed"] >= 1
+    assert all("rerun" in r["error"] for r in failed)
     run_cli("sweep", spec, "--out", out, "--quiet")
     with open_store(out) as store:
         assert store.counts() == {"planned": N_POINTS, "done": N_POINTS, "failed": 0, "missing": 0}

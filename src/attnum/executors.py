@@ -123,11 +123,15 @@ def _init_worker(threads: int, path_entries: list[str]) -> None:
 
 def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tuple[Point, dict]]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
-    threads = POINT_THREADS
     ctx = multiprocessing.get_context("spawn")  # fork after torch init is unsafe; spawn works everywhere
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                               initargs=(threads, [_package_root()]))
+
+    def new_pool() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(POINT_THREADS, [_package_root()]))
+
+    pool = new_pool()
     pending: dict[Any, Point] = {}
     queue = list(reversed(todo))
     window = 4 * jobs  # bounded in flight: Ctrl-C loses at most these, and memory stays flat
@@ -137,10 +141,29 @@ def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tu
                 p = queue.pop()
                 pending[pool.submit(run_point, p.config(), kernels)] = p
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            broken = False
             for fut in finished:
-                yield pending.pop(fut), fut.result()
+                p = pending.pop(fut)
+                try:
+                    result = fut.result()
+                except BrokenProcessPool as err:
+                    broken = True
+                    result = _lost(p, f"worker process died ({err}); rerun the sweep to retry")
+                yield p, result
+            if broken:
+                # Which point killed its worker (out of memory, a signal) is unknown: every point in
+                # flight is recorded as failed, so a resume retries them, and a fresh pool goes on.
+                for p in pending.values():
+                    yield p, _lost(p, "worker pool broke while this point ran; rerun the sweep to retry")
+                pending.clear()
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = new_pool()
     finally:
         pool.shutdown(wait=not pending, cancel_futures=True)
+
+
+def _lost(p: Point, message: str) -> dict[str, Any]:
+    return {"key": p.key, "status": "failed", "metrics": None, "error": message}
 
 
 # ---- Ray -------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, "--out", help="Output folder (default runs/PROFILE)."),
         jobs: int = typer.Option(0, "--jobs", help="Parallel points (default: all CPU cores)."),
         executor: str = typer.Option("local", "--executor", help="local or ray."),
+        device: str = typer.Option("cpu", "--device", help="cpu or cuda: where every point runs."),
         quiet: bool = typer.Option(False, "--quiet", help="Plain log lines instead of a progress bar."),
     ) -> None:
         """Run the paper's sweeps (resumable), draw every figure and write report.html with findings."""
@@ -27,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from attnum.report.html import write_report
         from attnum.store import open_store
 
-        spec = paper_spec(profile)
+        spec = paper_spec(profile, device)
         out_dir = out or Path("runs") / profile
         t0 = time.perf_counter()
         options = SweepOptions(out=out_dir, jobs=jobs or os.cpu_count() or 1, executor=executor, quiet=quiet,
