@@ -223,3 +223,13 @@ def test_workspace_rounding_equals_round_to(fmt):
     got = Workspace().round_(pol, "probs", x.clone())
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.nan_to_num(), want.nan_to_num()) and torch.equal(got.signbit(), want.signbit())
+
+
+def test_zero_length_keys_give_zeros():
+    q = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    k = v = torch.zeros(1, 2, 0, 8, dtype=torch.float64)
+    for fn in (golden_attention, baseline_attention, flash_attention):
+        out = fn(q, k, v)
+        assert out.shape == (1, 2, 5, 8) and torch.all(out == 0), fn.__name__
+    _, lse = flash_attention(q, k, v, return_lse=True)
+    assert torch.all(lse == -math.inf)

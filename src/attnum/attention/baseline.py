@@ -37,7 +37,9 @@ def baseline_attention(
     v = masks.expand_kv(policy.round("inputs", v.to(c)), H)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), c, q.device)
-    out = torch.empty(B, H, N, dv, dtype=c, device=q.device)
+    out = torch.zeros(B, H, N, dv, dtype=c, device=q.device)
+    if S == 0:  # no keys: every row is empty
+        return out
     step = steps.query_chunk(B, H, S)
     for i0 in range(0, N, step):
         i1 = min(N, i0 + step)

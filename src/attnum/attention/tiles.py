@@ -31,8 +31,8 @@ class Tiles:
                 raise AttnumInputError(f"{name}={value!r} is not allowed; expected a positive integer")
 
     def Tc(self, S: int) -> int:
-        """Number of key/value tiles (outer-loop steps) for S keys."""
-        return max(1, math.ceil(S / self.Bc))
+        """Number of key/value tiles (outer-loop steps) for S keys (0 for no keys)."""
+        return math.ceil(S / self.Bc)
 
     @property
     def area(self) -> int:
