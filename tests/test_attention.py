@@ -233,3 +233,21 @@ def test_zero_length_keys_give_zeros():
         assert out.shape == (1, 2, 5, 8) and torch.all(out == 0), fn.__name__
     _, lse = flash_attention(q, k, v, return_lse=True)
     assert torch.all(lse == -math.inf)
+
+
+def test_autocast_does_not_change_the_policy():
+    q, k, v = (x.float() for x in qkv(N=32, S=48))
+    want = flash_attention(q, k, v, policy="fp32", block_k=16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = flash_attention(q, k, v, policy="fp32", block_k=16)
+        base = baseline_attention(q, k, v, policy="fp32")
+        gold = golden_attention(q, k, v)
+    assert torch.equal(got, want)
+    assert base.dtype == torch.float32 and gold.dtype == torch.float64
+
+
+def test_golden_is_differentiable():
+    q, k, v = (x.requires_grad_() for x in qkv(N=6, S=7, H=1, d=4))
+    keep = torch.ones(6, 7, dtype=torch.bool)
+    keep[2] = False
+    assert torch.autograd.gradcheck(lambda a, b, c: golden_attention(a, b, c, attn_mask=keep), (q, k, v))

@@ -4,10 +4,11 @@ from attnum.attention import baseline_attention, flash_attention, golden_attenti
 from attnum.formats import FloatFormat, get_format
 from attnum.policy import Policy, parse_policy
 from attnum.rounding import round_to
+from attnum.shadow import shadow
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FloatFormat", "Policy", "get_format", "parse_policy", "round_to",
-    "golden_attention", "baseline_attention", "flash_attention", "__version__",
+    "golden_attention", "baseline_attention", "flash_attention", "shadow", "__version__",
 ]

@@ -14,6 +14,7 @@ from attnum.attention import masks, steps
 from attnum.policy import Policy, parse_policy
 
 
+@steps.no_autocast
 def baseline_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -118,6 +118,7 @@ def _normalize(acc, l, policy: Policy):
     return steps.zero_empty_rows_(o, l)
 
 
+@steps.no_autocast
 def flash_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -9,13 +9,14 @@ import math
 
 import torch
 
-from attnum.attention import masks
+from attnum.attention import masks, steps
 from attnum.attention.steps import prescale, query_chunk
 from attnum.policy import uniform
 
 _FP64 = uniform("fp64")
 
 
+@steps.no_autocast
 def golden_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -55,8 +56,12 @@ def golden_attention(
             lse[:, :, i0:i1] = torch.logsumexp(s, dim=-1)
         # Rows whose every score is -inf (fully masked) have no softmax: they give 0.
         empty = (s == float("-inf")).all(dim=-1, keepdim=True) if biases else None
-        o = torch.softmax(s, dim=-1) @ v  # fused max / exp-sum / divide in float64
         if empty is not None and bool(empty.any()):
+            s = s.masked_fill_(empty, 0.0)  # finite placeholder: keeps autograd free of 0 * NaN
+        else:
+            empty = None
+        o = torch.softmax(s, dim=-1) @ v  # fused max / exp-sum / divide in float64
+        if empty is not None:
             o = o.masked_fill_(empty, 0.0)
         out[:, :, i0:i1] = o
     return (out, lse) if return_lse else out

@@ -5,12 +5,25 @@ Shape alphabet: B batch, H heads, N queries, S keys (or a block of Bc keys), d h
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from attnum.policy import Policy
 from attnum.rounding import round_to
+
+
+def no_autocast(fn):
+    """Run an attention implementation with autocast off: its precision is the policy's alone
+    (under autocast a float32-carrier matmul would silently become a bf16 one)."""
+
+    @functools.wraps(fn)
+    def wrapper(q, *args, **kwargs):
+        with torch.autocast(device_type=q.device.type if isinstance(q, torch.Tensor) else "cpu", enabled=False):
+            return fn(q, *args, **kwargs)
+
+    return wrapper
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None) -> torch.Tensor:
