@@ -184,7 +184,11 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tup
             kwargs["num_cpus"] = jobs if jobs > 1 else None
             path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
             kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
-        ray.init(**kwargs)
+        try:
+            ray.init(**kwargs)
+        except ConnectionError as err:
+            raise bad_value("RAY_ADDRESS", address, f"the address of a running Ray cluster ({err}); "
+                            "unset it to start a local one") from None
         started_here = True
     remote = ray.remote(run_point)
     pending: dict[Any, Point] = {}
