@@ -119,3 +119,19 @@ def test_runs_and_export(tiny_run, tmp_path, capsys):
     assert sorted(table.column("metrics.flash_vs_golden.max_abs").to_pylist(), key=str) == sorted(
         (float(r["metrics.flash_vs_golden.max_abs"]) if r["metrics.flash_vs_golden.max_abs"] else None for r in rows),
         key=str)
+
+
+def test_device_points_run_on_that_device(tmp_path, device):
+    """The same tiny sweep on each device (CUDA is an opt-in re-run, skipped without a GPU)."""
+    spec = spec_from_dict({"name": "dev", "defaults": {"heads": 1, "head_dim": 16, "block_q": 16, "block_k": 16},
+                           "axes": {"seq_len": [40], "format": ["bf16", "fp32"], "device": device}})
+    summary = run_sweep(spec, SweepOptions(out=tmp_path, quiet=True))
+    assert summary.failed == 0
+    with open_store(tmp_path) as store:
+        rows = store.rows()
+        envs = store.environments()
+    assert {r["config"]["device"] for r in rows} == {device}
+    assert {e["device"] for e in envs.values()} == {device}
+    kernels = next(r for r in rows if r["kind"] == "kernels")["metrics"]["kernels"]
+    assert kernels["torch-sdpa-math"]["available"]
+    assert kernels["torch-sdpa-efficient"]["available"] == (device == "cuda")
