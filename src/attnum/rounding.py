@@ -27,9 +27,7 @@ from attnum.formats import PRESETS, FloatFormat, get_format
 RoundingMode = Literal["nearest_even", "toward_zero", "stochastic"]
 MODES = ("nearest_even", "toward_zero", "stochastic")
 _CARRIERS = (torch.float32, torch.float64)
-_NATIVE = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# float32 -> float8 casts: nearest-even, but torch's e4m3fn cast saturates, so overflow is re-applied.
-_NATIVE_FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+_NATIVE = {PRESETS["bf16"]: torch.bfloat16, PRESETS["fp16"]: torch.float16}  # by value: e8m7 is bf16
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
 
@@ -62,12 +60,9 @@ def round_to(
     if fmt.fits_in(carrier):
         if fmt == carrier:
             return x
-        if mode == "nearest_even" and fmt.name in _NATIVE and fmt.subnormals:
-            return _round_native(x, _NATIVE[fmt.name], fmt, saturate)
-        if mode == "nearest_even" and fmt.name in _NATIVE_FP8 and x.dtype == torch.float32:
-            a = x.abs()
-            r = _apply_overflow(a.to(_NATIVE_FP8[fmt.name]).to(torch.float32), a, fmt, mode, saturate, cast=True)
-            return torch.copysign(r, x)
+        native = _NATIVE.get(fmt)
+        if mode == "nearest_even" and native is not None:
+            return _round_native(x, native, fmt, saturate)
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
 
 
@@ -86,94 +81,51 @@ def round_generic(
     """
     carrier = _FP32 if x.dtype == torch.float32 else _FP64
     work = x if fmt.fits_in(carrier) else x.double()
-    a = work.abs()
+    shift, bias = (23, 127) if work.dtype == torch.float32 else (52, 1023)
+    itype = torch.int32 if work.dtype == torch.float32 else torch.int64
+    r = work.abs()  # scratch that becomes the result; ops below are in place (fresh big tensors page-fault)
     # Binade exponent read from the bits (exact, unlike log2), clamped below at the subnormal
     # binade and above just past the largest binade (so inf/NaN and overflow stay well defined).
-    if work.dtype == torch.float32:
-        e = (a.view(torch.int32) >> 23).sub_(127)
-    else:
-        e = (a.view(torch.int64) >> 52).sub_(1023)
-    q = e.clamp_(fmt.emin, fmt.emax + 1).sub_(fmt.mbits)  # the format's quantum is 2**q
-    if _one_step_scaling(fmt, work.dtype):
-        y = a * _pow2(-q, work.dtype)
-    else:
-        y = _ldexp(a, -q)
+    q = (r.view(itype) >> shift).sub_(bias).clamp_(fmt.emin, fmt.emax + 1).sub_(fmt.mbits)  # quantum 2**q
+    # 2**-q as two powers of two built from their bits, each a normal carrier number for every
+    # quantum of every format, so dividing by them is exact (torch.ldexp builds 2**q in the default
+    # dtype, which over- and underflows).
+    half = q >> 1  # floor(q / 2)
+    rest = q.sub_(half)
+    p1 = half.add_(bias).bitwise_left_shift_(shift).view(work.dtype)
+    p2 = rest.add_(bias).bitwise_left_shift_(shift).view(work.dtype)
+    r = r.div_(p1).div_(p2)  # the format's quantum is now 1
     if mode == "nearest_even":
-        y = torch.round_(y)
+        r = r.round_()  # ties to even
     elif mode == "toward_zero":
-        y = torch.trunc_(y)
+        r = r.trunc_()
     else:
-        u = torch.rand(y.shape, generator=generator, dtype=y.dtype, device=y.device)
-        y = torch.floor_(y.add_(u))
-    r = y.mul_(_pow2(q, work.dtype)) if _one_step_scaling(fmt, work.dtype) else _ldexp(y, q)
+        r = r.add_(torch.rand(r.shape, generator=generator, dtype=r.dtype, device=r.device)).floor_()
+    r = r.mul_(p1).mul_(p2)
     if not fmt.subnormals:
-        r = torch.where(r < fmt.tiny, torch.zeros_like(r), r)
-    r = _apply_overflow(r, a, fmt, mode, saturate)
-    return torch.copysign(r, work).to(x.dtype)
+        r = r.masked_fill_(r < fmt.tiny, 0.0)
+    r = _apply_overflow(r, work, fmt, mode, saturate)
+    return r.copysign_(work).to(x.dtype)
 
 
-def _one_step_scaling(fmt: FloatFormat, dtype: torch.dtype) -> bool:
-    """2**q and 2**-q are both normal carrier numbers for every quantum q of the format."""
-    lo, hi = fmt.emin - fmt.mbits, fmt.emax + 1 - fmt.mbits
-    emin_c, emax_c = (-126, 127) if dtype == torch.float32 else (-1022, 1023)
-    return emin_c <= min(lo, -hi) and max(hi, -lo) <= emax_c
-
-
-def _ldexp(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    """x * 2**e, exact wherever the result is representable.
-
-    Two multiplications by powers of two built from their bit patterns, so neither factor
-    over- or underflows (torch.ldexp computes 2**e in the default dtype).
-    """
-    h = torch.div(e, 2, rounding_mode="floor")
-    return x * _pow2(h, x.dtype) * _pow2(e - h, x.dtype)
-
-
-def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """2**e for integer tensors e inside the normal exponent range of dtype."""
-    if dtype == torch.float64:
-        return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
-    return ((e.to(torch.int32) + 127) << 23).view(torch.float32)
-
-
-def _apply_overflow(
-    r: torch.Tensor, a: torch.Tensor, fmt: FloatFormat, mode: str, saturate: bool, *, cast: bool = False
-) -> torch.Tensor:
-    """Magnitudes above max follow the format; inf inputs follow it too; NaN stays NaN.
-
-    ``cast``: r came from a cast that may already have saturated (torch's float8_e4m3fn), so
-    out-of-range inputs are found from ``a`` instead: past max + ulp/2, or on it when the tie
-    goes up (max has an odd last mantissa bit).
-    """
-    if cast:
-        limit = fmt.max + _half_ulp_at_max(fmt)
-        out_of_range = (a > limit) | (a == limit) if _tie_goes_up_at_max(fmt) else a > limit
-        r = torch.where(out_of_range, float("inf"), r)
-    over = r > fmt.max  # also true where a is inf
+def _apply_overflow(r: torch.Tensor, src: torch.Tensor, fmt: FloatFormat, mode: str, saturate: bool) -> torch.Tensor:
+    """Magnitudes r above max follow the format; inf inputs (``src`` is the signed input) follow it
+    too; NaN stays NaN."""
+    over = r > fmt.max  # also true where the input is inf
     if not bool(over.any()):
         return r
-    finite_over = over & torch.isfinite(a)
+    finite_over = over & torch.isfinite(src)
     clamp = saturate or fmt.specials == "none" or mode == "toward_zero"
     if fmt.specials == "ieee":
         r = torch.where(finite_over, fmt.max if clamp else float("inf"), r)
         if saturate:
-            r = torch.where(torch.isinf(a), fmt.max, r)
+            r = torch.where(torch.isinf(src), fmt.max, r)
         return r
     if fmt.specials == "fn":
         fill = fmt.max if (saturate or mode == "toward_zero") else float("nan")
         r = torch.where(finite_over, fill, r)
-        return torch.where(torch.isinf(a), fmt.max if saturate else float("nan"), r)
+        return torch.where(torch.isinf(src), fmt.max if saturate else float("nan"), r)
     return torch.where(over, fmt.max, r)  # no inf, no NaN: only saturation is possible
-
-
-def _half_ulp_at_max(fmt: FloatFormat) -> float:
-    return float.fromhex(f"0x1p{fmt.emax - fmt.mbits - 1}")
-
-
-def _tie_goes_up_at_max(fmt: FloatFormat) -> bool:
-    """At max + ulp/2 nearest-even picks the even neighbour: max is even iff its last mantissa bit is 0."""
-    last_code = 2**fmt.mbits - (2 if fmt.specials == "fn" else 1)
-    return last_code % 2 == 1
 
 
 def _round_native(x: torch.Tensor, dtype: torch.dtype, fmt: FloatFormat, saturate: bool) -> torch.Tensor:

@@ -89,7 +89,7 @@ def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: steps.Workspace):
     p = policy.round("exp", steps.exp_shifted_(s, m_safe))  # P~_ij
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
-    pv = steps.pv(p, v_j, policy, ws)
+    pv = steps.pv(p, v_j, policy, ws, p_grid=policy.exp)
     acc = policy.round("acc", policy.round("acc", acc.mul_(alpha)).add_(pv))  # acc is this loop's own
     return m_new, l, acc
 
@@ -103,7 +103,7 @@ def _fa1_step(s, v_j, m, l, o, policy: Policy, ws: steps.Workspace):
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_i - m_i^new}
     beta = policy.round("rescale", torch.exp(m_blk - m_safe))  # e^{m~_ij - m_i^new}
     l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
-    num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy, ws))
+    num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy, ws, p_grid=policy.exp))
     o = steps.zero_empty_rows_(num / l_new, l_new)
     return m_new, l_new, policy.round("out", o)  # O_i written back to HBM in the output format
 

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from attnum.formats import FloatFormat
 from attnum.policy import Policy
 from attnum.rounding import round_to
 
@@ -107,9 +108,17 @@ def safe_max(m: torch.Tensor) -> torch.Tensor:
     return torch.where(m == float("-inf"), torch.zeros_like(m), m)
 
 
-def pv(p_BHNS: torch.Tensor, v_BHSd: torch.Tensor, policy: Policy, ws: Workspace | None = None) -> torch.Tensor:
-    """P V with P rounded at ``probs`` and the product rounded at ``acc``."""
-    p_BHNS = ws.round_(policy, "probs", p_BHNS) if ws is not None else policy.round("probs", p_BHNS)
+def pv(
+    p_BHNS: torch.Tensor, v_BHSd: torch.Tensor, policy: Policy, ws: Workspace | None = None,
+    p_grid: FloatFormat | None = None,
+) -> torch.Tensor:
+    """P V with P rounded at ``probs`` and the product rounded at ``acc``.
+
+    ``p_grid``: a format P already lies on; when every value of it is a ``probs`` value the
+    ``probs`` rounding is the identity and is skipped (flash's P comes straight from ``exp``).
+    """
+    if p_grid is None or not p_grid.fits_in(policy.probs):
+        p_BHNS = ws.round_(policy, "probs", p_BHNS) if ws is not None else policy.round("probs", p_BHNS)
     return policy.round("acc", matmul(p_BHNS, v_BHSd, policy))
 
 
