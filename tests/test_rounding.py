@@ -157,3 +157,9 @@ def test_bad_arguments():
         round_to(torch.zeros(1), "bf16", "up")
     with pytest.raises(ValueError, match="x.dtype"):
         round_to(torch.zeros(1, dtype=torch.float16), "bf16")
+
+
+def test_flush_to_zero_keeps_sign_without_specials_present():
+    x = torch.tensor([-1e-40, 1e-40, -3.0], dtype=torch.float32)
+    r = round_to(x, "bf16-nosub")
+    assert r.tolist() == [0.0, 0.0, -3.0] and torch.signbit(r).tolist() == [True, False, True]

@@ -23,6 +23,7 @@ import torch
 
 from attnum.errors import AttnumInputError
 from attnum.formats import PRESETS, FloatFormat, get_format
+from attnum.workspace import FRESH, Workspace
 
 RoundingMode = Literal["nearest_even", "toward_zero", "stochastic"]
 MODES = ("nearest_even", "toward_zero", "stochastic")
@@ -80,52 +81,91 @@ def round_generic(
     in which case float32 is exact too and twice as fast.
     """
     carrier = _FP32 if x.dtype == torch.float32 else _FP64
-    work = x if fmt.fits_in(carrier) else x.double()
-    shift, bias = (23, 127) if work.dtype == torch.float32 else (52, 1023)
-    itype = torch.int32 if work.dtype == torch.float32 else torch.int64
-    r = work.abs()  # scratch that becomes the result; ops below are in place (fresh big tensors page-fault)
-    # Binade exponent read from the bits (exact, unlike log2), clamped below at the subnormal
-    # binade and above just past the largest binade (so inf/NaN and overflow stay well defined).
-    q = (r.view(itype) >> shift).sub_(bias).clamp_(fmt.emin, fmt.emax + 1).sub_(fmt.mbits)  # quantum 2**q
-    # 2**-q as two powers of two built from their bits, each a normal carrier number for every
-    # quantum of every format, so dividing by them is exact (torch.ldexp builds 2**q in the default
-    # dtype, which over- and underflows).
-    half = q >> 1  # floor(q / 2)
-    rest = q.sub_(half)
-    p1 = half.add_(bias).bitwise_left_shift_(shift).view(work.dtype)
-    p2 = rest.add_(bias).bitwise_left_shift_(shift).view(work.dtype)
-    r = r.div_(p1).div_(p2)  # the format's quantum is now 1
+    work = x.clone() if fmt.fits_in(carrier) else x.double()
+    return _round_in_place(work, fmt, mode, generator, saturate, FRESH).to(x.dtype)
+
+
+def round_generic_(
+    x: torch.Tensor,
+    fmt: FloatFormat,
+    workspace: Workspace,
+    mode: RoundingMode = "nearest_even",
+    *,
+    generator: torch.Generator | None = None,
+    saturate: bool = False,
+) -> torch.Tensor:
+    """round_generic in place in ``x`` (returned), scratch tensors taken from ``workspace``.
+
+    ``x`` must be a contiguous float32 or float64 tensor whose dtype holds every value of ``fmt``.
+    """
+    carrier = _FP32 if x.dtype == torch.float32 else _FP64
+    if x.dtype not in _CARRIERS or not fmt.fits_in(carrier) or not x.is_contiguous():
+        raise AttnumInputError(f"x (dtype={x.dtype}) is not allowed for in-place rounding to {fmt.name}; "
+                               "expected a contiguous carrier that holds every value of the format")
+    return _round_in_place(x, fmt, mode, generator, saturate, workspace)
+
+
+def _round_in_place(x, fmt: FloatFormat, mode: str, generator, saturate: bool, ws) -> torch.Tensor:
+    """Round the signed values of ``x`` onto fmt's grid, in place.
+
+    Divide by the format's quantum 2**q at each value's binade (exact: a power of two), round to
+    an integer, multiply back. Nearest-even and truncation are symmetric in the sign and
+    floor(y + U[0,1)) is unbiased for either sign, so the sign never needs splitting off.
+    """
+    shift, bias, itype = (23, 127, torch.int32) if x.dtype == torch.float32 else (52, 1023, torch.int64)
+    lo, hi = torch.aminmax(x)
+    # Only an input beyond max can round beyond max; NaN and inf land here too (comparisons fail).
+    in_range = bool(-fmt.max <= lo) and bool(hi <= fmt.max)
+    src = None if in_range else x.clone()
+    # Biased binade exponent read from the bits (exact, unlike log2), clamped to the format's
+    # subnormal binade below and just past its largest binade above.
+    e = torch.bitwise_right_shift(x.view(itype), shift, out=ws.get("round.e", x.shape, itype, x.device))
+    e = e.bitwise_and_(2 * bias + 1).clamp_(fmt.emin + bias, fmt.emax + 1 + bias)
+    if _one_step(fmt, bias):
+        quantum = e.sub_(fmt.mbits).bitwise_left_shift_(shift).view(x.dtype)  # 2**q from its bits
+        x = x.div_(quantum)
+    else:  # 2**q does not fit the carrier for every q: two halves, each a normal number
+        e = e.sub_(fmt.mbits + bias)  # q
+        half = torch.bitwise_right_shift(e, 1, out=ws.get("round.half", x.shape, itype, x.device))
+        p1 = e.sub_(half).add_(bias).bitwise_left_shift_(shift).view(x.dtype)
+        p2 = half.add_(bias).bitwise_left_shift_(shift).view(x.dtype)
+        x = x.div_(p1).div_(p2)
     if mode == "nearest_even":
-        r = r.round_()  # ties to even
+        x = x.round_()  # ties to even
     elif mode == "toward_zero":
-        r = r.trunc_()
+        x = x.trunc_()
     else:
-        r = r.add_(torch.rand(r.shape, generator=generator, dtype=r.dtype, device=r.device)).floor_()
-    r = r.mul_(p1).mul_(p2)
+        x = x.add_(torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)).floor_()
+    x = x.mul_(quantum) if _one_step(fmt, bias) else x.mul_(p1).mul_(p2)
     if not fmt.subnormals:
-        r = r.masked_fill_(r < fmt.tiny, 0.0)
-    r = _apply_overflow(r, work, fmt, mode, saturate)
-    return r.copysign_(work).to(x.dtype)
+        x = x.mul_(~(x.abs() < fmt.tiny))  # flush to zero; multiplying by 0 keeps the sign
+    return x if src is None else _apply_overflow_(x, src, fmt, mode, saturate)
 
 
-def _apply_overflow(r: torch.Tensor, src: torch.Tensor, fmt: FloatFormat, mode: str, saturate: bool) -> torch.Tensor:
-    """Magnitudes r above max follow the format; inf inputs (``src`` is the signed input) follow it
-    too; NaN stays NaN."""
-    over = r > fmt.max  # also true where the input is inf
+def _one_step(fmt: FloatFormat, bias: int) -> bool:
+    """2**q is a normal carrier number for every quantum q = E - mbits of the format."""
+    return 1 <= fmt.emin - fmt.mbits + bias and fmt.emax + 1 - fmt.mbits + bias <= 2 * bias
+
+
+def _apply_overflow_(r: torch.Tensor, src: torch.Tensor, fmt: FloatFormat, mode: str, saturate: bool) -> torch.Tensor:
+    """In place: rounded values r beyond max follow the format; inf inputs follow it too; NaN stays
+    NaN. ``src`` is the input before rounding (r may have overflowed the carrier itself)."""
+    a = r.abs()
+    over = a > fmt.max
     if not bool(over.any()):
         return r
     finite_over = over & torch.isfinite(src)
     clamp = saturate or fmt.specials == "none" or mode == "toward_zero"
     if fmt.specials == "ieee":
-        r = torch.where(finite_over, fmt.max if clamp else float("inf"), r)
+        a.masked_fill_(finite_over, fmt.max if clamp else float("inf"))
         if saturate:
-            r = torch.where(torch.isinf(src), fmt.max, r)
-        return r
-    if fmt.specials == "fn":
-        fill = fmt.max if (saturate or mode == "toward_zero") else float("nan")
-        r = torch.where(finite_over, fill, r)
-        return torch.where(torch.isinf(src), fmt.max if saturate else float("nan"), r)
-    return torch.where(over, fmt.max, r)  # no inf, no NaN: only saturation is possible
+            a.masked_fill_(torch.isinf(src), fmt.max)
+    elif fmt.specials == "fn":
+        a.masked_fill_(finite_over, fmt.max if (saturate or mode == "toward_zero") else float("nan"))
+        a.masked_fill_(torch.isinf(src), fmt.max if saturate else float("nan"))
+    else:
+        a.masked_fill_(over, fmt.max)  # no inf, no NaN: only saturation is possible
+    return r.copy_(a.copysign_(src))
 
 
 def _round_native(x: torch.Tensor, dtype: torch.dtype, fmt: FloatFormat, saturate: bool) -> torch.Tensor:

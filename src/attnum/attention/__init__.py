@@ -4,4 +4,4 @@ from attnum.attention.baseline import baseline_attention
 from attnum.attention.flash import flash_attention
 from attnum.attention.golden import golden_attention
 
-__all__ = ["golden_attention", "baseline_attention", "flash_attention"]
+__all__ = ["baseline_attention", "flash_attention", "golden_attention"]

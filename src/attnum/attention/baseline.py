@@ -31,7 +31,7 @@ def baseline_attention(
     ``out`` format. Sites used: inputs, scores, exp, row_sum, probs (the normalized A), acc, out.
     """
     policy = parse_policy(policy)
-    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     c = policy.carrier
     q = policy.round("inputs", q.to(c))
     k = masks.expand_kv(policy.round("inputs", k.to(c)), H)

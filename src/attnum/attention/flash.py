@@ -22,6 +22,7 @@ from attnum.attention import masks, steps
 from attnum.attention.tiles import Tiles, resolve_tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy, parse_policy
+from attnum.workspace import Workspace
 
 VARIANTS = ("fa1", "fa2")
 NEG_INF = float("-inf")
@@ -67,12 +68,12 @@ def flash_forward(
     m = torch.full((B, H, N, 1), NEG_INF, dtype=c, device=q_BHNd.device)  # running max m_i
     l = torch.zeros((B, H, N, 1), dtype=c, device=q_BHNd.device)  # running sum l_i
     o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)
-    ws = steps.Workspace()
+    ws = Workspace()
     for j in kv_tile_order(tiles.Tc(S), kv_order):
         j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
         buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
         s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, masks.slice_keys(additive, j0, j1),
-                         masks.slice_keys(hard, j0, j1), policy, out=buf)  # S_ij (B, H, N, Bc)
+                         masks.slice_keys(hard, j0, j1), policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
         if variant == "fa2":
             m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
         else:
@@ -83,10 +84,10 @@ def flash_forward(
     return policy.round("out", o), lse
 
 
-def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: steps.Workspace):
+def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: Workspace):
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     m_safe = steps.safe_max(m_new)
-    p = policy.round("exp", steps.exp_shifted_(s, m_safe))  # P~_ij
+    p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, m_safe), ws)  # P~_ij
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     pv = steps.pv(p, v_j, policy, ws, p_grid=policy.exp)
@@ -94,9 +95,9 @@ def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: steps.Workspace):
     return m_new, l, acc
 
 
-def _fa1_step(s, v_j, m, l, o, policy: Policy, ws: steps.Workspace):
+def _fa1_step(s, v_j, m, l, o, policy: Policy, ws: Workspace):
     m_blk = s.amax(dim=-1, keepdim=True)  # m~_ij
-    p = policy.round("exp", steps.exp_shifted_(s, steps.safe_max(m_blk)))  # P~_ij
+    p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, steps.safe_max(m_blk)), ws)  # P~_ij
     l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))  # l~_ij
     m_new = torch.maximum(m, m_blk)
     m_safe = steps.safe_max(m_new)
@@ -145,7 +146,7 @@ def flash_attention(
     policy = parse_policy(policy)
     if variant not in VARIANTS:
         raise AttnumInputError(f"variant={variant!r} is not allowed; expected one of {VARIANTS}")
-    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    B, H, _, N, S, d, _ = masks.check_qkv(q, k, v)
     tiles = resolve_tiles(d, block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square)
     kv_tile_order(tiles.Tc(S), kv_order)  # validate before any work
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)

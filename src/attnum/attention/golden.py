@@ -12,6 +12,7 @@ import torch
 from attnum.attention import masks, steps
 from attnum.attention.steps import prescale, query_chunk
 from attnum.policy import uniform
+from attnum.workspace import Workspace
 
 _FP64 = uniform("fp64")
 
@@ -34,7 +35,7 @@ def golden_attention(
     This is float64 arithmetic, not infinitely precise: its own error is ~S * 2**-53 relative,
     far below every format attnum emulates except fp64 itself.
     """
-    B, H, G, N, S, d, dv = masks.check_qkv(q, k, v)
+    B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     q, k, v = q.double(), masks.expand_kv(k.double(), H), masks.expand_kv(v.double(), H)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), torch.float64, q.device)
@@ -43,9 +44,14 @@ def golden_attention(
     q, post_scale = prescale(q, scale, _FP64)
     kT = k.transpose(-1, -2)
     step = query_chunk(B, H, S)
+    # Without autograd the chunk's scores and probabilities live in two reused buffers: fresh
+    # 100 MB tensors are page-faulted from the OS on every chunk, which costs more than the GEMMs.
+    reuse = not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)))
+    ws = Workspace()
     for i0 in range(0, N, step):
         i1 = min(N, i0 + step)
-        s = q[:, :, i0:i1] @ kT
+        shape = (B, H, i1 - i0, S)
+        s = torch.matmul(q[:, :, i0:i1], kT, out=ws.get("s", shape, q.dtype, q.device)) if reuse else q[:, :, i0:i1] @ kT
         if post_scale != 1.0:
             s = s.mul_(post_scale)
         biases = [b for b in (masks.slice_queries(additive, i0, i1), masks.slice_queries(hard, i0, i1))
@@ -60,7 +66,9 @@ def golden_attention(
             s = s.masked_fill_(empty, 0.0)  # finite placeholder: keeps autograd free of 0 * NaN
         else:
             empty = None
-        o = torch.softmax(s, dim=-1) @ v  # fused max / exp-sum / divide in float64
+        # fused max / exp-sum / divide in float64
+        p = torch.softmax(s, dim=-1, out=ws.get("p", shape, q.dtype, q.device)) if reuse else torch.softmax(s, dim=-1)
+        o = p @ v
         if empty is not None:
             o = o.masked_fill_(empty, 0.0)
         out[:, :, i0:i1] = o

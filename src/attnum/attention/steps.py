@@ -10,9 +10,10 @@ import math
 
 import torch
 
-from attnum.formats import FloatFormat
+from attnum.formats import PRESETS, FloatFormat
 from attnum.policy import Policy
-from attnum.rounding import round_to
+from attnum.rounding import round_generic_, round_to
+from attnum.workspace import Workspace
 
 
 def no_autocast(fn):
@@ -54,15 +55,17 @@ def scores(
     hard: torch.Tensor | None,
     policy: Policy,
     out: torch.Tensor | None = None,
+    ws: Workspace | None = None,
 ) -> torch.Tensor:
     """S = scale * Q K^T rounded at ``scores``; an additive mask is added and rounded there again
     (as torch adds a float mask in the scores' dtype); -inf masking is exact."""
     s_BHNS = matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy, out=out)
     if scale != 1.0:
         s_BHNS = s_BHNS.mul_(scale)
-    s_BHNS = policy.round("scores", s_BHNS)
+    rnd = (lambda t: round_site_(policy, "scores", t, ws)) if ws is not None else (lambda t: policy.round("scores", t))
+    s_BHNS = rnd(s_BHNS)
     if additive is not None:
-        s_BHNS = policy.round("scores", s_BHNS.add_(additive))
+        s_BHNS = rnd(s_BHNS.add_(additive))
     if hard is not None:
         s_BHNS = s_BHNS.add_(hard)
     return s_BHNS
@@ -118,43 +121,31 @@ def pv(
     ``probs`` rounding is the identity and is skipped (flash's P comes straight from ``exp``).
     """
     if p_grid is None or not p_grid.fits_in(policy.probs):
-        p_BHNS = ws.round_(policy, "probs", p_BHNS) if ws is not None else policy.round("probs", p_BHNS)
+        p_BHNS = round_site_(policy, "probs", p_BHNS, ws) if ws is not None else policy.round("probs", p_BHNS)
     return policy.round("acc", matmul(p_BHNS, v_BHSd, policy))
 
 
-_NATIVE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_NATIVE_DTYPES = {PRESETS["bf16"]: torch.bfloat16, PRESETS["fp16"]: torch.float16}
 
 
-class Workspace:
-    """Scratch tensors reused across the tile loop.
-
-    On CPU a fresh multi-megabyte tensor is mapped from the OS and page-faulted on first touch
-    every time (tens of ms per 64 MB), which would dominate the loop; buffers are allocated once.
-    """
-
-    def __init__(self) -> None:
-        self._bufs: dict[tuple, torch.Tensor] = {}
-
-    def get(self, name: str, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        key = (name, tuple(shape), dtype, device)
-        buf = self._bufs.get(key)
-        if buf is None:
-            buf = self._bufs[key] = torch.empty(shape, dtype=dtype, device=device)
-        return buf
-
-    def round_(self, policy: Policy, site: str, x: torch.Tensor) -> torch.Tensor:
-        """policy.round(site, x), in place in x when it is a float32 carrier rounded to bf16/fp16:
-        torch's nearest-even float32 -> bf16/fp16 conversion into a kept buffer and back (the
-        same conversion round_to uses, so the same bits)."""
-        fmt = getattr(policy, site)
-        native = _NATIVE_DTYPES.get(fmt.name) if fmt.subnormals else None
-        if native is None or x.dtype != torch.float32 or not x.is_contiguous():
-            return policy.round(site, x)
-        buf = self.get(site, x.shape, native, x.device)
+def round_site_(policy: Policy, site: str, x: torch.Tensor, ws: Workspace) -> torch.Tensor:
+    """policy.round(site, x), in place in x (a scratch tensor of the caller's) when possible,
+    with the same bits: bf16/fp16 from float32 through torch's nearest-even conversion into a
+    kept buffer and back (the conversion round_to uses); other formats the carrier holds through
+    round_generic_; anything else falls back to policy.round."""
+    fmt = getattr(policy, site)
+    carrier = PRESETS["fp32"] if x.dtype == torch.float32 else PRESETS["fp64"]
+    if fmt == carrier or not fmt.fits_in(carrier) or not x.is_contiguous():
+        return policy.round(site, x)
+    native = _NATIVE_DTYPES.get(fmt)
+    if native is not None and x.dtype == torch.float32:
+        buf = ws.get(f"{site}.native", x.shape, native, x.device)
         buf.copy_(x)
         return x.copy_(buf)
+    return round_generic_(x, fmt, ws)
 
 
-def query_chunk(B: int, H: int, S: int, budget_elems: int = 1 << 24) -> int:
-    """Rows per query chunk so one (B, H, chunk, S) score tensor stays near ``budget_elems``."""
+def query_chunk(B: int, H: int, S: int, budget_elems: int = 1 << 22) -> int:
+    """Rows per query chunk so one (B, H, chunk, S) score tensor stays near ``budget_elems``
+    (32 MB in float64: big enough for efficient GEMMs, small enough to stay cheap to reuse)."""
     return max(1, budget_elems // max(1, B * H * S))

@@ -58,7 +58,7 @@ def resolve_tiles(
         if not isinstance(sram, int) or isinstance(sram, bool) or sram < 1:
             raise AttnumInputError(f"sram={sram!r} is not allowed; expected a positive number of elements")
         bc = math.ceil(sram / (4 * d))
-        br, bc = min(bc, d), bc
+        br = min(bc, d)
     else:
         br = DEFAULT_BLOCK if block_q is None else block_q
         bc = DEFAULT_BLOCK if block_k is None else block_k
