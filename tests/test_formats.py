@@ -1,12 +1,13 @@
 """FloatFormat: derived constants against independent sources, parsing and bad names."""
 
+import dataclasses
+
 import pytest
 import torch
+from _oracle import finite_values
 
 from attnum.errors import AttnumInputError
 from attnum.formats import PRESETS, FloatFormat, get_format
-
-from _oracle import finite_values
 
 TORCH_FINFO = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
                "e5m2": torch.float8_e5m2, "e4m3fn": torch.float8_e4m3fn}
@@ -51,5 +52,5 @@ def test_bad_names_name_the_value(bad):
 def test_frozen_and_validated():
     with pytest.raises(AttnumInputError, match="ebits=1"):
         FloatFormat(ebits=1, mbits=3)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         PRESETS["bf16"].mbits = 8

@@ -5,12 +5,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from _oracle import assert_same_floats, finite_values, gfloat_round, torch_round
 
 from attnum import round_to
 from attnum.formats import PRESETS, FloatFormat, get_format
 from attnum.rounding import round_generic
-
-from _oracle import assert_same_floats, finite_values, gfloat_round, torch_round
 
 SMALL = [n for n in PRESETS if PRESETS[n].bits <= 16]
 GRID = [f"e{e}m{m}" for e in range(2, 9) for m in range(1, 16 - e) if f"e{e}m{m}" not in ("e8m7", "e5m10", "e5m2")]

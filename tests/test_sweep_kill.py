@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _sweep_helpers import popen_cli, run_cli, write_spec
 
 from attnum.store import DB_NAME, open_store

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -19,14 +18,14 @@ def register(app: typer.Typer) -> None:
         policy: str = typer.Option("uniform", help="NAME or NAME:FORMAT (uniform, fa2, torch-cpu), or a format."),
         format: str = typer.Option("bf16", "--format", help="Format for a policy NAME given without one."),
         seq_len: int = typer.Option(1024, help="Query length N."),
-        kv_len: Optional[int] = typer.Option(None, help="Key length S (default N)."),
+        kv_len: int | None = typer.Option(None, help="Key length S (default N)."),
         head_dim: int = typer.Option(64, help="Head dimension d."),
         heads: int = typer.Option(8, help="Query heads H."),
-        kv_heads: Optional[int] = typer.Option(None, help="Key/value heads G (GQA when < H)."),
+        kv_heads: int | None = typer.Option(None, help="Key/value heads G (GQA when < H)."),
         batch: int = typer.Option(1, help="Batch B."),
-        block_q: Optional[int] = typer.Option(None, help="Query tile Br (default 128)."),
-        block_k: Optional[int] = typer.Option(None, help="Key/value tile Bc (default 128)."),
-        sram: Optional[int] = typer.Option(None, help="SRAM size M in elements: Bc=ceil(M/4d), Br=min(Bc,d)."),
+        block_q: int | None = typer.Option(None, help="Query tile Br (default 128)."),
+        block_k: int | None = typer.Option(None, help="Key/value tile Bc (default 128)."),
+        sram: int | None = typer.Option(None, help="SRAM size M in elements: Bc=ceil(M/4d), Br=min(Bc,d)."),
         swap_blocks: bool = typer.Option(False, help="Exchange Br and Bc."),
         square: bool = typer.Option(False, help="Force Br = Bc."),
         variant: str = typer.Option("fa2", help="fa1 (normalize every tile) or fa2 (normalize once)."),

@@ -8,8 +8,8 @@ scale=None, enable_gqa=False)`` with (B, H, N, d) tensors, like
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
