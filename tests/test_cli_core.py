@@ -60,8 +60,11 @@ def test_validate_against_torch_cpu_flash(capsys):
     rows = json.loads(out)
     assert [r["kv_tiles"] for r in rows] == [1, 2, 1, 2]
     for r in rows:
-        # measured: the emulation sits within one output ULP of the kernel; both equally close to golden
-        assert r["max_ulp"] <= 4, r
+        # Both compute in fp32 and round once to the output format, differing only in fp32-level
+        # noise (exp approximation, GEMM order): after rounding to bf16 at most one output ULP apart.
+        if r["format"] == "bf16":
+            assert r["max_ulp"] <= 1, r
+        # FlashAttention's acceptance rule, the kernel playing the same-precision baseline.
         assert r["emulation_vs_golden"] <= 2 * r["kernel_vs_golden"], r
     assert min(r["identical"] for r in rows if r["format"] == "bf16") > 0.5
 
