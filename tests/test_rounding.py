@@ -162,3 +162,20 @@ def test_flush_to_zero_keeps_sign_without_specials_present():
     x = torch.tensor([-1e-40, 1e-40, -3.0], dtype=torch.float32)
     r = round_to(x, "bf16-nosub")
     assert r.tolist() == [0.0, 0.0, -3.0] and torch.signbit(r).tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3fn", "e2m1fn", "tf32", "fp32", "e8m30"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_in_place_rounding_matches_round_to(name, dtype):
+    from attnum.rounding import round_to_
+    from attnum.workspace import Workspace
+
+    with np.errstate(over="ignore"):
+        x = torch.from_numpy(exhaustive_points(get_format("bf16")).astype(np.float32 if dtype == torch.float32 else np.float64))
+    want = round_to(x, name)
+    ws = Workspace()
+    for _ in range(2):
+        got = round_to_(x.clone(), name, ws)
+        ok = ~want.isnan()
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit())

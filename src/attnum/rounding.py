@@ -67,6 +67,35 @@ def round_to(
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
 
 
+def round_to_(
+    x: torch.Tensor,
+    fmt: str | FloatFormat,
+    workspace: Workspace,
+    mode: RoundingMode = "nearest_even",
+    *,
+    generator: torch.Generator | None = None,
+    saturate: bool = False,
+) -> torch.Tensor:
+    """round_to in place in ``x`` where possible (returns the result: x itself, or a new tensor
+    when x's carrier cannot hold the format), scratch tensors taken from ``workspace``.
+
+    Same bits as round_to: bf16/fp16 from float32 go through torch's nearest-even conversion into
+    a kept buffer and back; other formats through the in-place generic path.
+    """
+    fmt = get_format(fmt)
+    carrier = _FP32 if x.dtype == torch.float32 else _FP64
+    if fmt == carrier and x.dtype in _CARRIERS:
+        return x
+    if x.dtype not in _CARRIERS or not fmt.fits_in(carrier) or not x.is_contiguous():
+        return round_to(x, fmt, mode, generator=generator, saturate=saturate)
+    native = _NATIVE.get(fmt)
+    if mode == "nearest_even" and native is not None and x.dtype == torch.float32 and not saturate:
+        buf = workspace.get("round.native", x.shape, native, x.device)
+        buf.copy_(x)
+        return x.copy_(buf)
+    return round_generic_(x, fmt, workspace, mode, generator=generator, saturate=saturate)
+
+
 def round_generic(
     x: torch.Tensor,
     fmt: FloatFormat,

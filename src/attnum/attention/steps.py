@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from attnum.formats import PRESETS, FloatFormat
+from attnum.formats import FloatFormat
 from attnum.policy import Policy
-from attnum.rounding import round_generic_, round_to
+from attnum.rounding import round_to, round_to_
 from attnum.workspace import Workspace
 
 
@@ -125,24 +125,9 @@ def pv(
     return policy.round("acc", matmul(p_BHNS, v_BHSd, policy))
 
 
-_NATIVE_DTYPES = {PRESETS["bf16"]: torch.bfloat16, PRESETS["fp16"]: torch.float16}
-
-
 def round_site_(policy: Policy, site: str, x: torch.Tensor, ws: Workspace) -> torch.Tensor:
-    """policy.round(site, x), in place in x (a scratch tensor of the caller's) when possible,
-    with the same bits: bf16/fp16 from float32 through torch's nearest-even conversion into a
-    kept buffer and back (the conversion round_to uses); other formats the carrier holds through
-    round_generic_; anything else falls back to policy.round."""
-    fmt = getattr(policy, site)
-    carrier = PRESETS["fp32"] if x.dtype == torch.float32 else PRESETS["fp64"]
-    if fmt == carrier or not fmt.fits_in(carrier) or not x.is_contiguous():
-        return policy.round(site, x)
-    native = _NATIVE_DTYPES.get(fmt)
-    if native is not None and x.dtype == torch.float32:
-        buf = ws.get(f"{site}.native", x.shape, native, x.device)
-        buf.copy_(x)
-        return x.copy_(buf)
-    return round_generic_(x, fmt, ws)
+    """policy.round(site, x), in place in x (a scratch tensor of the caller's) where possible."""
+    return round_to_(x, getattr(policy, site), ws)
 
 
 def query_chunk(B: int, H: int, S: int, budget_elems: int = 1 << 23) -> int:
