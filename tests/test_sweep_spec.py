@@ -87,3 +87,11 @@ def test_folder_with_other_spec_is_refused(tmp_path):
     other = write_spec(tmp_path, text="[axes]\nseq_len = [16]\nformat = ['fp32']\n", name="other.toml")
     proc = run_cli("sweep", other, "--out", out, "--quiet", check=False)
     assert proc.returncode == 2 and "different spec" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU-only refusal")
+def test_cuda_sweep_refused_up_front_without_cuda(tmp_path):
+    from attnum.cli import main
+
+    assert main(["reproduce", "--profile", "smoke", "--device", "cuda", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert not (tmp_path / "o" / "attnum.sqlite").exists()

@@ -53,6 +53,7 @@ class SweepSummary:
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
     """Plan the spec's points in ``options.out``'s store, run the ones not done, commit each as it ends."""
     planned = spec.planned()
+    _check_devices(planned, options)
     with Store(options.out) as store:
         store.bind_spec(name=spec.name, spec_hash=spec.spec_hash, canonical=spec.canonical(), source=spec.source)
         store.plan((k, p.kind, groups, p.config()) for k, (p, groups) in planned.items())
@@ -77,6 +78,17 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
         return SweepSummary(
             planned=len(planned), skipped=len(planned) - len(todo), ran=len(todo), failed=failed, store_path=store.path
         )
+
+
+def _check_devices(planned: dict, options: SweepOptions) -> None:
+    """CUDA points on a local executor need CUDA here; refuse before any point runs.
+    (Ray tasks may land on GPU nodes the driver does not have, so Ray is not checked.)"""
+    import torch
+
+    wants_cuda = any(p.device.startswith("cuda") for p, _ in planned.values())
+    if wants_cuda and options.executor != "ray" and not torch.cuda.is_available():
+        raise bad_value("device", "cuda", "'cpu' here (CUDA is not available on this machine; "
+                        "run on a GPU machine or with --executor ray on a cluster with GPUs)")
 
 
 def _execute(todo: list[Point], kernels: tuple[str, ...], options: SweepOptions) -> Iterator[tuple[Point, dict]]:
