@@ -75,7 +75,8 @@ def ulp(fmt: FloatFormat, magnitude: float) -> float:
         return math.inf
     if a < fmt.tiny:
         return fmt.smallest_subnormal if fmt.subnormals else fmt.tiny
-    return fmt.eps * 2.0 ** math.floor(math.log2(min(a, fmt.max)))
+    _, e = math.frexp(min(a, fmt.max))  # exact binade; log2 can round up just below a power of two
+    return fmt.eps * 2.0 ** (e - 1)
 
 
 def _max_abs(x: torch.Tensor) -> float:
