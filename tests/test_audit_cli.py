@@ -12,12 +12,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 QUICK = "--probes=scale-argument,fully-masked-rows"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_json_document_shape_and_exit_0(capsys):

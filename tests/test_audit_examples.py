@@ -13,13 +13,7 @@ from attnum.audit.runner import run_audit
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops under 2 oversubscribed OpenMP threads spin for seconds; one thread is 10x faster."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def audit(target, probes, dtypes="fp32", fn=None, **kw):

@@ -6,14 +6,7 @@ import torch
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops under 2 oversubscribed OpenMP threads spin for seconds; one thread is 10x faster."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TORCH_2_5 = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)

@@ -11,13 +11,7 @@ import torch
 from attnum.cli import main
 from attnum.training.checkpoints import save_checkpoint
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("workload", ["digits", "lm"])

@@ -4,7 +4,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import torch.nn.functional as F
 
 from attnum.testing import assert_attention_close
@@ -12,12 +11,7 @@ from attnum.testing import assert_attention_close
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_torch_sdpa_passes_and_returns_the_report():
