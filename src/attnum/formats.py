@@ -167,3 +167,33 @@ def get_format(fmt: str | FloatFormat, *, param: str = "format") -> FloatFormat:
 
 def format_names() -> list[str]:
     return list(PRESETS)
+
+
+# The one table between format names and torch dtypes (formats torch can hold natively).
+# Every other module asks these two functions; none keeps its own name table.
+TORCH_DTYPE_NAMES: dict[str, str] = {
+    "fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+    "e5m2": "float8_e5m2", "e4m3fn": "float8_e4m3fn",
+}
+
+
+def torch_dtype(fmt: str | FloatFormat, *, param: str = "format"):
+    """The torch dtype that holds ``fmt`` natively (fp64, fp32, bf16, fp16, e5m2, e4m3fn)."""
+    import torch
+
+    f = get_format(fmt, param=param)
+    name = TORCH_DTYPE_NAMES.get(f.name)
+    dtype = getattr(torch, name, None) if name else None
+    if dtype is None:
+        raise AttnumInputError(f"{param}={getattr(fmt, 'name', fmt)!r} is not allowed here; expected a format torch "
+                               f"has a dtype for: {sorted(TORCH_DTYPE_NAMES)}")
+    return dtype
+
+
+def format_of_dtype(dtype, *, param: str = "dtype") -> FloatFormat:
+    """The FloatFormat of a torch floating dtype (torch.bfloat16 -> bf16)."""
+    for fname, tname in TORCH_DTYPE_NAMES.items():
+        if str(dtype) == f"torch.{tname}":
+            return PRESETS[fname]
+    raise AttnumInputError(f"{param}={dtype} is not allowed; expected one of "
+                           f"{['torch.' + t for t in TORCH_DTYPE_NAMES.values()]}")

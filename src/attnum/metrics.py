@@ -17,12 +17,27 @@ from attnum.formats import FloatFormat, get_format
 BASIC = ("max_abs", "mean_abs", "std_abs", "rmse", "max_rel", "cosine", "rel_l1")
 
 
-def ulp(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    """The spacing of ``fmt`` at |x| (its ulp), floored at the subnormal quantum; float64."""
+def ulp(x: torch.Tensor | float, fmt: str | FloatFormat) -> torch.Tensor | float:
+    """The spacing of ``fmt``'s grid at |x| (one unit in the last place), float64.
+
+    The one ulp definition of attnum (metrics, the auditor's floor, probe construction):
+    ``eps * 2**e`` for |x| in the binade [2**e, 2**(e+1)) of a normal number; below the smallest
+    normal, the subnormal spacing 2**(emin - mbits) (or ``tiny`` when the format flushes
+    subnormals: then 0 and tiny are neighbours); at and beyond ``max``, the top binade's spacing;
+    inf and NaN give inf and NaN. A float in gives a float out.
+    """
+    fmt = get_format(fmt)
+    if not isinstance(x, torch.Tensor):
+        return float(ulp(torch.tensor([float(x)], dtype=torch.float64), fmt)[0])
     a = x.double().abs()
-    _, e = torch.frexp(a)
-    q = torch.clamp_min(e.to(torch.float64) - 1, fmt.emin) - fmt.mbits
-    return torch.exp2(q)
+    # exact binade from frexp (log2 can round up just below a power of two); clamping into
+    # [tiny, max] puts 0 and subnormals in the bottom binade, whose spacing the subnormals share
+    _, e = torch.frexp(a.clamp(min=fmt.tiny, max=fmt.max))
+    q = e.to(torch.float64) - 1 - fmt.mbits
+    u = torch.exp2(q)
+    if not fmt.subnormals:
+        u = torch.where(a < fmt.tiny, torch.full_like(u, fmt.tiny), u)
+    return torch.where(torch.isfinite(a), u, a)
 
 
 def deviation(x: torch.Tensor, ref: torch.Tensor, *, fmt: str | FloatFormat | None = None) -> dict[str, float]:

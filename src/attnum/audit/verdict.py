@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnum import metrics
 from attnum.formats import FloatFormat
 
 STATUSES = ("pass", "fail", "error", "unsupported", "note")
@@ -69,14 +70,8 @@ class Verdict:
 
 
 def ulp(fmt: FloatFormat, magnitude: float) -> float:
-    """Spacing of ``fmt``'s grid at ``magnitude`` (the weight of one unit in the last place)."""
-    a = abs(magnitude)
-    if not math.isfinite(a):
-        return math.inf
-    if a < fmt.tiny:
-        return fmt.smallest_subnormal if fmt.subnormals else fmt.tiny
-    _, e = math.frexp(min(a, fmt.max))  # exact binade; log2 can round up just below a power of two
-    return fmt.eps * 2.0 ** (e - 1)
+    """Spacing of ``fmt``'s grid at ``magnitude``: :func:`attnum.metrics.ulp` (the one definition)."""
+    return metrics.ulp(float(magnitude), fmt)
 
 
 def _max_abs(x: torch.Tensor) -> float:
