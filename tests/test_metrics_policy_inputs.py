@@ -58,7 +58,8 @@ def test_policy_names_and_overrides():
     assert (p.inputs.name, p.scores.name, p.exp.name, p.probs.name, p.acc.name, p.out.name) == (
         "bf16", "fp32", "fp32", "bf16", "fp32", "bf16")
     u = parse_policy("uniform", "e4m3fn")
-    assert all(getattr(u, s).name == "e4m3fn" for s in SITES)
+    assert all(getattr(u, s).name == "e4m3fn" for s in SITES if s != "lse")
+    assert u.lse.name == "fp32"  # stored as kernels store it; not part of the forward output
     assert parse_policy("fp32") == parse_policy("uniform:fp32")
     assert parse_policy("fp64").matmul_acc == get_format("fp64")
     o = parse_policy("fa2:bf16,acc=fp16,reduction_chunk=16")

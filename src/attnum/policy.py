@@ -11,6 +11,8 @@ row_sum    l, the softmax denominator (each block's partial sum and the running 
 rescale    alpha = exp(m_old - m_new), the online-softmax correction factor
 acc        O accumulator (the running numerator, and each block's P V product)
 out        the final output
+lse        the log-sum-exp m + log l a kernel stores for its backward (defaults to row_sum's format:
+           real kernels form it in fp32 from their fp32 statistics)
 ========== ================================================================================
 
 ``matmul_acc`` is the accumulator format inside the two matmuls (QK^T over d, PV over keys):
@@ -35,7 +37,7 @@ from attnum.errors import AttnumInputError
 from attnum.formats import PRESETS, FloatFormat, get_format
 from attnum.rounding import round_to
 
-SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
+SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out", "lse")
 NORMALIZE = ("divide", "reciprocal")
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
@@ -53,12 +55,15 @@ class Policy:
     rescale: FloatFormat
     acc: FloatFormat
     out: FloatFormat
+    lse: FloatFormat | None = None  # None: row_sum's format
     matmul_acc: FloatFormat | None = None
     reduction_chunk: int | None = None
     normalize: str = "divide"
     name: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if self.lse is None:
+            object.__setattr__(self, "lse", self.row_sum)
         for site in SITES:
             object.__setattr__(self, site, get_format(getattr(self, site), param=f"policy.{site}"))
         if self.matmul_acc is not None:
@@ -122,7 +127,10 @@ def _acc_for(fmt: FloatFormat) -> FloatFormat:
 def uniform(fmt: str | FloatFormat) -> Policy:
     """Every site in ``fmt`` (the paper's re-implementation); matmuls accumulate as hardware does."""
     f = get_format(fmt)
-    return Policy(**{s: f for s in SITES}, matmul_acc=_acc_for(f), name=f"uniform:{f.name}")
+    # The LSE is not part of the forward output (the paper's re-implementation is forward-only);
+    # for a backward it is stored as every kernel stores it, in fp32 (or wider).
+    sites = {s: f for s in SITES if s != "lse"}
+    return Policy(**sites, lse=_acc_for(f), matmul_acc=_acc_for(f), name=f"uniform:{f.name}")
 
 
 def fa2(fmt: str | FloatFormat) -> Policy:

@@ -64,7 +64,35 @@ def round_to(
         native = _NATIVE.get(fmt)
         if mode == "nearest_even" and native is not None:
             return _round_native(x, native, fmt, saturate)
+        if fmt == _FP32 and mode == "nearest_even" and not saturate:
+            return x.to(torch.float32).to(x.dtype)  # IEEE float64 -> float32: one correct rounding
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
+
+
+class _RoundSTE(torch.autograd.Function):
+    """round_to in the forward; the incoming gradient rounded to the same format in the backward."""
+
+    @staticmethod
+    def forward(ctx, x, fmt):
+        ctx.fmt = fmt
+        return round_to(x, fmt)
+
+    @staticmethod
+    def backward(ctx, g):
+        return round_to(g, ctx.fmt), None
+
+
+def round_ste(x: torch.Tensor, fmt: str | FloatFormat) -> torch.Tensor:
+    """Differentiable rounding: ``round_to(x, fmt)`` forward, gradient rounded to ``fmt`` backward.
+
+    ``torch.round`` has a zero gradient, so an emulated implementation that must be trained
+    through rounds with this instead: every site rounds its value on the way forward and the
+    gradient of that value on the way back, as a kernel holding that tensor in ``fmt`` would.
+    """
+    fmt = get_format(fmt)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _RoundSTE.apply(x, fmt)
+    return round_to(x, fmt)
 
 
 def round_to_(

@@ -27,12 +27,25 @@ def eager_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if dropout_p:
         raise AttnumInputError(f"dropout_p={dropout_p!r} is not allowed; expected 0.0")
     B, H, _, N, S, d, dv = masks.check_qkv(query, key, value)
-    key, value = masks.expand_kv(key, H), masks.expand_kv(value, H)
+    if S == 0:
+        return torch.zeros(B, H, N, dv, dtype=value.dtype, device=value.device) + 0 * query.sum()
+    p_BHNS = attention_weights(query, key, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                               causal_alignment=causal_alignment, window=window)
+    return p_BHNS.to(value.dtype) @ masks.expand_kv(value, H)
+
+
+def attention_weights(query, key, *, attn_mask=None, is_causal=False, scale=None,
+                      causal_alignment: str = "top_left", window=None):
+    """softmax(scale * Q K^T + mask) (B, H, N, S), op by op in the input dtype; fully masked rows 0.
+
+    What ``nn.MultiheadAttention(need_weights=True)`` returns, and eager attention's probabilities.
+    """
+    B, H, N, d = query.shape
+    S = key.shape[-2]
+    key = masks.expand_kv(key, H)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     s_BHNS = (query @ key.transpose(-2, -1)) * scale
-    if S == 0:
-        return torch.zeros(B, H, N, dv, dtype=value.dtype, device=value.device) + 0 * query.sum()
     t = mk.tile(0, N, 0, S, s_BHNS.dtype, s_BHNS.device)
     if t.additive is not None:
         s_BHNS = s_BHNS + t.additive
@@ -41,5 +54,4 @@ def eager_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     # Fully masked rows: a finite placeholder before the softmax keeps autograd free of 0 * NaN;
     # their output is 0, as torch >= 2.5 SDPA gives.
     dead = torch.isneginf(s_BHNS).all(dim=-1, keepdim=True)
-    p_BHNS = torch.softmax(s_BHNS.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
-    return p_BHNS.to(value.dtype) @ value
+    return torch.softmax(s_BHNS.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)

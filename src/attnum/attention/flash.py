@@ -48,8 +48,7 @@ def flash_forward(
     q_BHNd: torch.Tensor,
     k_BHSd: torch.Tensor,
     v_BHSd: torch.Tensor,
-    additive: torch.Tensor | None,
-    hard: torch.Tensor | None,
+    mk: masks.Masking,
     *,
     scale: float,
     policy: Policy,
@@ -59,7 +58,9 @@ def flash_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass on carrier tensors already rounded at ``inputs`` and expanded for GQA.
 
-    Returns (O (B, H, N, dv) on the ``out`` grid, lse (B, H, N) float64, -inf for empty rows).
+    ``mk`` is the call's masking, cut here into one (N, Bc) tile per step: no N x S mask exists.
+    Returns (O (B, H, N, dv) on the ``out`` grid, lse (B, H, N) float64 holding values of the ``lse``
+    format, formed as kernels do: m + log(l) in the carrier, then rounded; -inf for empty rows).
     """
     B, H, N, _ = q_BHNd.shape
     S, dv = v_BHSd.shape[-2], v_BHSd.shape[-1]
@@ -72,15 +73,15 @@ def flash_forward(
     for j in kv_tile_order(tiles.Tc(S), kv_order):
         j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
         buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
-        s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, masks.slice_keys(additive, j0, j1),
-                         masks.slice_keys(hard, j0, j1), policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
+        tile = mk.tile(0, N, j0, j1, c, q_BHNd.device)
+        s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, tile, policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
         if variant == "fa2":
             m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
         else:
             m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
     if variant == "fa2":
         o = _normalize(o, l, policy)
-    lse = (m.double() + torch.log(l.double())).squeeze(-1)
+    lse = policy.round("lse", m + torch.log(l)).double().squeeze(-1)
     return policy.round("out", o), lse
 
 
@@ -136,12 +137,15 @@ def flash_attention(
     square: bool = False,
     variant: str = "fa2",
     kv_order: str = "forward",
+    causal_alignment: str = "top_left",
+    window: tuple[int, int] | None = None,
     return_lse: bool = False,
 ):
     """Tiled attention (B, H, N, d) x (B, G, S, d) x (B, G, S, dv) -> (B, H, N, dv) in the carrier.
 
     Tiles come from ``block_q``/``block_k`` or ``sram`` (see :mod:`attnum.attention.tiles`);
-    ``return_lse`` also returns the float64 log-sum-exp per row (B, H, N).
+    ``return_lse`` also returns the log-sum-exp per row (B, H, N), float64 holding ``lse``-site values.
+    Inputs are rounded once to the ``inputs`` format from their own dtype (:func:`steps.load_input`).
     """
     policy = parse_policy(policy)
     if variant not in VARIANTS:
@@ -150,19 +154,17 @@ def flash_attention(
     tiles = resolve_tiles(d, block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square)
     kv_tile_order(tiles.Tc(S), kv_order)  # validate before any work
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         # Trainable path: same forward, plus the recomputing backward (imported here: it imports us).
         from attnum.attention.flash_backward import FlashAttentionFunction, FlashOptions
 
-        opts = FlashOptions(scale=scale, policy=policy, tiles=tiles, is_causal=is_causal, variant=variant,
-                            kv_order=kv_order)
-        out, lse = FlashAttentionFunction.apply(q, k, v, attn_mask, opts)
+        opts = FlashOptions(scale=scale, policy=policy, tiles=tiles, variant=variant, kv_order=kv_order)
+        out, lse = FlashAttentionFunction.apply(q, k, v, mk, opts)
         return (out, lse) if return_lse else out
-    c = policy.carrier
-    q_c = policy.round("inputs", q.to(c))
-    k_c = masks.expand_kv(policy.round("inputs", k.to(c)), H)
-    v_c = masks.expand_kv(policy.round("inputs", v.to(c)), H)
-    additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), c, q_c.device)
-    out, lse = flash_forward(q_c, k_c, v_c, additive, hard, scale=scale, policy=policy, tiles=tiles,
+    q_c = steps.load_input(q, policy)
+    k_c = masks.expand_kv(steps.load_input(k, policy), H)
+    v_c = masks.expand_kv(steps.load_input(v, policy), H)
+    out, lse = flash_forward(q_c, k_c, v_c, mk, scale=scale, policy=policy, tiles=tiles,
                              variant=variant, kv_order=kv_order)
     return (out, lse) if return_lse else out

@@ -67,8 +67,7 @@ def flash_backward(
     lse_BHN: torch.Tensor,
     dout_BHNdv: torch.Tensor,
     *,
-    additive: torch.Tensor | None = None,
-    hard: torch.Tensor | None = None,
+    mk: masks.Masking | None = None,
     scale: float,
     policy: str | Policy,
     Bc: int,
@@ -77,20 +76,20 @@ def flash_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ (B,H,N,d), dK (B,G,S,d), dV (B,G,S,dv)) in the policy's carrier dtype, on the ``out`` grid.
 
-    ``additive``/``hard`` are the two halves of the mask from ``masks.build_masks`` (broadcastable to
-    (B, H, N, S)); ``out`` and ``lse`` are the forward's output and log-sum-exp (natural log).
+    ``mk``: the call's masking (``masks.masking``), cut per KV tile here; ``out`` and ``lse`` are the
+    forward's output and log-sum-exp (natural log). Q, K, V and dO go through the input preamble
+    (a no-op for values already on the ``inputs`` grid).
     """
     policy = parse_policy(policy)
     if Bc < 1 or (Br is not None and Br < 1):
         raise AttnumInputError(f"Bc={Bc}, Br={Br} are not allowed; expected positive tile sizes")
     B, H, G, N, S, d, dv = masks.check_qkv(q_BHNd, k_BGSd, v_BGSdv)
     c = policy.carrier
-    q = policy.round("inputs", q_BHNd.to(c))
-    k = masks.expand_kv(policy.round("inputs", k_BGSd.to(c)), H)
-    v = masks.expand_kv(policy.round("inputs", v_BGSdv.to(c)), H)
-    do = policy.round("inputs", dout_BHNdv.to(c))
-    additive = None if additive is None else additive.to(c)
-    hard = None if hard is None else hard.to(c)
+    mk = masks.masking(None, False, (B, H, N, S)) if mk is None else mk
+    q = steps.load_input(q_BHNd, policy)
+    k = masks.expand_kv(steps.load_input(k_BGSd, policy), H)
+    v = masks.expand_kv(steps.load_input(v_BGSdv, policy), H)
+    do = steps.load_input(dout_BHNdv, policy)
     o = out_BHNdv.to(c)
     lse = lse_BHN.to(c)[..., None]
     # Fully masked rows: lse = -inf; subtracting 0 instead keeps exp(-inf) = 0 rather than NaN.
@@ -102,7 +101,7 @@ def flash_backward(
     for j in kv_tile_order(max(1, math.ceil(S / Bc)), kv_order):  # Algorithm 2's outer loop (lines 6-7)
         j0, j1 = j * Bc, min(S, (j + 1) * Bc)
         k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]
-        s_j = steps.scores(q, k_j, scale, masks.slice_keys(additive, j0, j1), masks.slice_keys(hard, j0, j1), policy)
+        s_j = steps.scores(q, k_j, scale, mk.tile(0, N, j0, j1, c, q.device), policy)
         p_j = policy.round("exp", torch.exp(s_j - lse))  # line 11: P = exp(S - L)
         p_in = policy.round("probs", p_j)
         dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)  # line 12
@@ -127,7 +126,6 @@ class FlashOptions:
     scale: float
     policy: Policy
     tiles: Tiles
-    is_causal: bool = False
     variant: str = "fa2"
     kv_order: str = "forward"
 
@@ -144,33 +142,33 @@ class FlashOptions:
 class FlashAttentionFunction(torch.autograd.Function):
     """Trainable re-implementation: forward saves only O and the LSE (B, H, N); backward recomputes.
 
-    ``apply(q, k, v, attn_mask, opts)`` -> (O (B, H, N, dv) carrier, lse (B, H, N) float64, not
-    differentiable). Gradients come back in the dtypes of q, k, v; ``attn_mask`` gets none.
+    ``apply(q, k, v, mk, opts)`` -> (O (B, H, N, dv) carrier, lse (B, H, N) float64, not
+    differentiable); ``mk`` is the call's ``masks.Masking``. Gradients come back in the dtypes of
+    q, k, v; the mask gets none.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
+    def forward(ctx, q, k, v, mk: masks.Masking, opts: FlashOptions):
         # Autocast would run the float32 carrier's matmuls in bf16/fp16: not the policy's arithmetic.
         with torch.autocast(device_type=q.device.type, enabled=False):
-            return FlashAttentionFunction._forward(ctx, q, k, v, attn_mask, opts)
+            return FlashAttentionFunction._forward(ctx, q, k, v, mk, opts)
 
     @staticmethod
-    def _forward(ctx, q, k, v, attn_mask, opts: FlashOptions):
+    def _forward(ctx, q, k, v, mk: masks.Masking, opts: FlashOptions):
+        attn_mask = mk.attn_mask
         if attn_mask is not None and attn_mask.requires_grad:
             # A learned additive bias would silently get no gradient: refuse instead.
             raise AttnumInputError("attn_mask.requires_grad=True is not allowed; the backward gives "
                                    "gradients for q, k and v only")
         policy = opts.policy
-        B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)
-        c = policy.carrier
-        q_c = policy.round("inputs", q.detach().to(c))
-        k_c = masks.expand_kv(policy.round("inputs", k.detach().to(c)), H)
-        v_c = masks.expand_kv(policy.round("inputs", v.detach().to(c)), H)
-        additive, hard = masks.build_masks(attn_mask, opts.is_causal, (B, H, N, S), c, q_c.device)
-        out, lse = flash_forward(q_c, k_c, v_c, additive, hard, scale=opts.scale, policy=policy,
+        H = q.shape[1]
+        q_c = steps.load_input(q.detach(), policy)
+        k_c = masks.expand_kv(steps.load_input(k.detach(), policy), H)
+        v_c = masks.expand_kv(steps.load_input(v.detach(), policy), H)
+        out, lse = flash_forward(q_c, k_c, v_c, mk, scale=opts.scale, policy=policy,
                                  tiles=opts.tiles, variant=opts.variant, kv_order=opts.kv_order)
-        ctx.save_for_backward(q, k, v, out, lse, attn_mask if attn_mask is not None else torch.empty(0))
-        ctx.has_mask = attn_mask is not None
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mk = mk
         ctx.opts = opts
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -182,12 +180,9 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, dout):
-        q, k, v, out, lse, attn_mask = ctx.saved_tensors
+        q, k, v, out, lse = ctx.saved_tensors
         opts: FlashOptions = ctx.opts
-        B, H, _G, N, S, _d, _dv = masks.check_qkv(q, k, v)
-        additive, hard = masks.build_masks(attn_mask if ctx.has_mask else None, opts.is_causal,
-                                           (B, H, N, S), opts.policy.carrier, q.device)
-        dq, dk, dv_ = flash_backward(q, k, v, out, lse, dout, additive=additive, hard=hard, scale=opts.scale,
+        dq, dk, dv_ = flash_backward(q, k, v, out, lse, dout, mk=ctx.mk, scale=opts.scale,
                                      policy=opts.policy, Bc=opts.tiles.Bc, Br=opts.tiles.Br,
                                      kv_order=opts.kv_order)
         return dq.to(q.dtype), dk.to(k.dtype), dv_.to(v.dtype), None, None

@@ -26,19 +26,23 @@ def golden_attention(
     attn_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
+    causal_alignment: str = "top_left",
+    window: tuple[int, int] | None = None,
     return_lse: bool = False,
 ):
     """softmax(scale * Q K^T + mask) V in float64 -> (B, H, N, dv) float64 (and lse (B, H, N)).
 
-    Inputs of any float dtype are converted exactly to float64. Queries are processed in chunks so
-    that N = S = 32768, d = 128, one head stays well under 2 GB. Fully masked rows give 0.
+    Inputs of any float dtype are converted exactly to float64. Queries are processed in chunks and
+    masks are cut per chunk, so N = S = 32768, d = 128, one head stays well under 2 GB, causal or
+    not. Fully masked rows give 0. Differentiable: float64 autograd runs straight through it (empty
+    rows get finite, zero gradients).
     This is float64 arithmetic, not infinitely precise: its own error is ~S * 2**-53 relative,
     far below every format attnum emulates except fp64 itself.
     """
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     q, k, v = q.double(), masks.expand_kv(k.double(), H), masks.expand_kv(v.double(), H)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), torch.float64, q.device)
+    mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     out = torch.empty(B, H, N, dv, dtype=torch.float64, device=q.device)
     lse = torch.empty(B, H, N, dtype=torch.float64, device=q.device) if return_lse else None
     q, post_scale = prescale(q, scale, _FP64)
@@ -54,14 +58,15 @@ def golden_attention(
         s = torch.matmul(q[:, :, i0:i1], kT, out=ws.get("s", shape, q.dtype, q.device)) if reuse else q[:, :, i0:i1] @ kT
         if post_scale != 1.0:
             s = s.mul_(post_scale)
-        biases = [b for b in (masks.slice_queries(additive, i0, i1), masks.slice_queries(hard, i0, i1))
-                  if b is not None]
-        for bias in biases:
-            s = s.add_(bias)
+        tile = mk.tile(i0, i1, 0, S, torch.float64, q.device)
+        if tile.additive is not None:
+            s = s.add_(tile.additive)
+        s = masks.apply_keep_(s, tile.keep)
         if lse is not None:
             lse[:, :, i0:i1] = torch.logsumexp(s, dim=-1)
         # Rows whose every score is -inf (fully masked) have no softmax: they give 0.
-        empty = (s == float("-inf")).all(dim=-1, keepdim=True) if biases else None
+        masked = tile.additive is not None or tile.keep is not None
+        empty = (s == float("-inf")).all(dim=-1, keepdim=True) if masked else None
         if empty is not None and bool(empty.any()):
             s = s.masked_fill_(empty, 0.0)  # finite placeholder: keeps autograd free of 0 * NaN
         else:

@@ -10,10 +10,29 @@ import math
 
 import torch
 
-from attnum.formats import FloatFormat
+from attnum.attention.masks import Tile, apply_keep_
+from attnum.formats import FloatFormat, format_of_dtype
 from attnum.policy import Policy
 from attnum.rounding import round_to, round_to_
 from attnum.workspace import Workspace
+
+_CARRIERS = (torch.float32, torch.float64)
+
+
+def load_input(x: torch.Tensor, policy: Policy, rnd=round_to) -> torch.Tensor:
+    """The one input preamble: ``x`` rounded to the ``inputs`` format exactly once, from its own
+    values, then held in the policy's carrier (an exact conversion: the format fits the carrier).
+
+    Never ``round(x.to(carrier))``: a float64 x cast to a float32 carrier first would round twice
+    (1 + 2**-8 + 2**-30 -> 1.0 in bf16 instead of 1.0078125). A narrow dtype (bf16, fp16, fp8) is
+    widened exactly to float64 first; when its every value is an ``inputs`` value no rounding is done.
+    """
+    c = policy.carrier
+    if x.dtype not in _CARRIERS:
+        if format_of_dtype(x.dtype, param="input dtype").fits_in(policy.inputs):
+            return x.to(c)
+        x = x.to(torch.float64)
+    return rnd(x, policy.inputs).to(c)
 
 
 def no_autocast(fn):
@@ -28,12 +47,14 @@ def no_autocast(fn):
     return wrapper
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None) -> torch.Tensor:
+def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None,
+           rnd=round_to) -> torch.Tensor:
     """a @ b under the policy's accumulation model (unrounded at the output site).
 
     exact/native: one BLAS call in the carrier. emulated: the reduction dimension is summed
     ``reduction_chunk`` products at a time exactly (float64), each partial sum added into an
     accumulator rounded to ``matmul_acc``. ``out``: a buffer to write a native product into.
+    ``rnd``: how the accumulator rounds (``round_ste`` when the caller is differentiated).
     """
     if policy.matmul_mode != "emulated":
         return torch.matmul(a, b, out=out) if out is not None else a @ b
@@ -43,7 +64,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor |
     for c0 in range(0, k, chunk):
         part = a[..., c0:c0 + chunk] @ b[..., c0:c0 + chunk, :]
         acc = part if acc is None else acc + part
-        acc = round_to(acc, policy.matmul_acc)
+        acc = rnd(acc, policy.matmul_acc)
     return acc
 
 
@@ -51,23 +72,33 @@ def scores(
     q_BHNd: torch.Tensor,
     k_BHSd: torch.Tensor,
     scale: float,
-    additive: torch.Tensor | None,
-    hard: torch.Tensor | None,
+    tile: Tile,
     policy: Policy,
     out: torch.Tensor | None = None,
     ws: Workspace | None = None,
+    rnd=None,
 ) -> torch.Tensor:
     """S = scale * Q K^T rounded at ``scores``; an additive mask is added and rounded there again
-    (as torch adds a float mask in the scores' dtype); -inf masking is exact."""
-    s_BHNS = matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy, out=out)
+    (as torch adds a float mask in the scores' dtype); -inf masking (``tile.keep``) is exact.
+
+    Rounding: in place from ``ws`` (hot loops), or out of place with ``rnd`` (``round_to``, or
+    ``round_ste`` when differentiated: then no tensor autograd needs is modified in place).
+    """
+    grad = rnd is not None and rnd is not round_to
+    s_BHNS = matmul(q_BHNd, k_BHSd.transpose(-1, -2), policy, out=out, rnd=rnd or round_to)
     if scale != 1.0:
-        s_BHNS = s_BHNS.mul_(scale)
-    rnd = (lambda t: round_site_(policy, "scores", t, ws)) if ws is not None else (lambda t: policy.round("scores", t))
-    s_BHNS = rnd(s_BHNS)
-    if additive is not None:
-        s_BHNS = rnd(s_BHNS.add_(additive))
-    if hard is not None:
-        s_BHNS = s_BHNS.add_(hard)
+        s_BHNS = s_BHNS * scale if grad else s_BHNS.mul_(scale)
+    if ws is not None:
+        def r(t):
+            return round_site_(policy, "scores", t, ws)
+    else:
+        def r(t):
+            return (rnd or round_to)(t, policy.scores)
+    s_BHNS = r(s_BHNS)
+    if tile.additive is not None:
+        s_BHNS = r(s_BHNS + tile.additive if grad else s_BHNS.add_(tile.additive))
+    if tile.keep is not None:
+        s_BHNS = s_BHNS.masked_fill(~tile.keep, float("-inf")) if grad else apply_keep_(s_BHNS, tile.keep)
     return s_BHNS
 
 
@@ -113,7 +144,7 @@ def safe_max(m: torch.Tensor) -> torch.Tensor:
 
 def pv(
     p_BHNS: torch.Tensor, v_BHSd: torch.Tensor, policy: Policy, ws: Workspace | None = None,
-    p_grid: FloatFormat | None = None,
+    p_grid: FloatFormat | None = None, rnd=round_to,
 ) -> torch.Tensor:
     """P V with P rounded at ``probs`` and the product rounded at ``acc``.
 
@@ -121,8 +152,8 @@ def pv(
     ``probs`` rounding is the identity and is skipped (flash's P comes straight from ``exp``).
     """
     if p_grid is None or not p_grid.fits_in(policy.probs):
-        p_BHNS = round_site_(policy, "probs", p_BHNS, ws) if ws is not None else policy.round("probs", p_BHNS)
-    return policy.round("acc", matmul(p_BHNS, v_BHSd, policy))
+        p_BHNS = round_site_(policy, "probs", p_BHNS, ws) if ws is not None else rnd(p_BHNS, policy.probs)
+    return rnd(matmul(p_BHNS, v_BHSd, policy, rnd=rnd), policy.acc)
 
 
 def round_site_(policy: Policy, site: str, x: torch.Tensor, ws: Workspace) -> torch.Tensor:

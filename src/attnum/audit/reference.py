@@ -129,7 +129,8 @@ def fa2_grads(q, k, v, dout, *, attn_mask=None, is_causal=False, scale=None) -> 
     # the forward's. Real kernels recompute S in a different kernel (other blocking, other order);
     # errors in S and in the LSE then no longer cancel in P = exp(S - LSE), which dominates the
     # gradient error at large logits. dL/dq = sc * dL/d(q * sc).
-    dq, dk, dv_ = flash_backward(q.to(c) * sc, k, v, out, lse, dout.to(c), additive=additive, hard=hard,
+    mk = masks.masking(attn_mask, is_causal, (b, h, n, s))
+    dq, dk, dv_ = flash_backward(q.to(c) * sc, k, v, out, lse, dout.to(c), mk=mk,
                                  scale=1.0, policy=policy, Bc=FA2_TILE, Br=FA2_TILE)
     return [dq.double() * sc, dk.double(), dv_.double()]
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from attnum.attention.eager import attention_weights
+
 _PARAMS = list(inspect.signature(F.multi_head_attention_forward).parameters)
 
 
@@ -70,12 +72,7 @@ def mha_forward_via_sdpa(args: tuple, kwargs: dict, sdpa: Callable) -> tuple[tor
     weights = None
     if a["need_weights"]:
         # Returned weights come from plain softmax, as nn.MultiheadAttention computes them.
-        s = (q_BHLd @ k_BHSd.transpose(-1, -2)) / hd**0.5
-        if mask is not None:
-            s = s + mask
-        if is_causal:
-            s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=s.device).tril(), float("-inf"))
-        weights = torch.softmax(s, dim=-1)
+        weights = attention_weights(q_BHLd, k_BHSd, attn_mask=mask, is_causal=is_causal)
         if a["average_attn_weights"]:
             weights = weights.mean(dim=1)
         if not batched:

@@ -3,12 +3,12 @@
 Implementations, all on the same inputs (float64 samples rounded to the policy's input format) and
 the same upstream gradient dO (seeded, rounded to the input format):
 
-- golden: float64 autograd of softmax(QK^T)V op by op (``golden_attention``'s math; it works in
-  place, so it is not differentiable itself);
+- golden: float64 autograd straight through ``golden_attention``;
 - flash: ``flash_attention``'s recomputing backward (``attnum.attention.flash_backward``);
-- baseline: standard attention with every site rounded per policy in the forward *and* its gradient
-  rounded to the same site's format on the way back (``RoundSite``) -- the emulated
-  same-precision baseline, available for every format;
+- baseline: ``baseline_attention`` differentiated: every site rounded per policy in the forward
+  *and* its gradient rounded to the same site's format on the way back
+  (``attnum.rounding.round_ste``), matmul accumulators included -- the emulated same-precision
+  baseline, available for every format;
 - torch_eager / torch_flash (when the input format is a torch dtype): PyTorch autograd of op-by-op
   attention in that dtype (FlashAttention's test baseline), and PyTorch's own flash kernel's
   backward (CPU: FlashAttentionKernel.cpp) -- the validation reference for the re-implementation.
@@ -18,63 +18,19 @@ the same upstream gradient dO (seeded, rounded to the input format):
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 
-from attnum.attention import flash_attention, masks
+from attnum.attention import baseline_attention, flash_attention, golden_attention
+from attnum.attention.eager import eager_attention
 from attnum.experiments.compare import CompareConfig, compare_inputs
+from attnum.formats import torch_dtype
 from attnum.metrics import deviation, error_ratio
-from attnum.policy import Policy
 from attnum.rounding import round_to
-from attnum.training.impls import eager_attention
 
 GRADS = ("dq", "dk", "dv")
-_TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class RoundSite(torch.autograd.Function):
-    """Round to a site's format in the forward, and the incoming gradient to the same format."""
-
-    @staticmethod
-    def forward(ctx, x, fmt):
-        ctx.fmt = fmt
-        return round_to(x, fmt)
-
-    @staticmethod
-    def backward(ctx, g):
-        return round_to(g, ctx.fmt), None
-
-
-def baseline_attention_differentiable(q, k, v, *, attn_mask=None, is_causal=False, scale=None,
-                                      policy: Policy) -> torch.Tensor:
-    """``baseline_attention``'s arithmetic (S, exp, l, P/l, PV, out sites), differentiable.
-
-    q (B, H, N, d), k/v (B, G, S, d|dv) in the carrier dtype -> (B, H, N, dv). The max is
-    subtracted without rounding (it is an exact value of the scores).
-    """
-    def r(site, x):
-        return RoundSite.apply(x, getattr(policy, site))
-
-    B, H, _G, N, S, d, _dv = masks.check_qkv(q, k, v)
-    c = policy.carrier
-    q = r("inputs", q.to(c))
-    k = masks.expand_kv(r("inputs", k.to(c)), H)
-    v = masks.expand_kv(r("inputs", v.to(c)), H)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    additive, hard = masks.build_masks(attn_mask, is_causal, (B, H, N, S), c, q.device)
-    s = r("scores", (q @ k.transpose(-1, -2)) * scale)
-    if additive is not None:
-        s = r("scores", s + additive)
-    if hard is not None:
-        s = s + hard
-    m = s.amax(dim=-1, keepdim=True).detach()
-    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
-    p = r("exp", torch.exp(s - m))
-    l = r("row_sum", p.sum(dim=-1, keepdim=True))
-    a = r("probs", torch.where(l > 0, p / l.clamp_min(torch.finfo(c).tiny), torch.zeros_like(p)))
-    return r("out", r("acc", a @ v))
+_TORCH_NATIVE = ("fp64", "fp32", "bf16", "fp16")  # dtypes torch's eager and flash backends differentiate
 
 
 def _grads(fn, q, k, v, do, dtype) -> tuple[dict[str, torch.Tensor], float]:
@@ -97,15 +53,13 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
     do = round_to(torch.randn(B, H, N, dv, dtype=torch.float64, generator=g, device=q.device), policy.inputs)
     causal = cfg.causal
     impls = {
-        # golden_attention works in place (not differentiable); the same float64 math op by op is.
-        "golden": (lambda a, b, c: eager_attention(a, b, c, is_causal=causal, enable_gqa=True), torch.float64),
+        "golden": (lambda a, b, c: golden_attention(a, b, c, is_causal=causal), torch.float64),
         "flash": (lambda a, b, c: flash_attention(a, b, c, is_causal=causal, policy=policy, block_q=tiles.Br,
                                                   block_k=tiles.Bc, variant=cfg.variant, kv_order=cfg.kv_order),
                   torch.float64),
-        "baseline": (lambda a, b, c: baseline_attention_differentiable(a, b, c, is_causal=causal, policy=policy),
-                     torch.float64),
+        "baseline": (lambda a, b, c: baseline_attention(a, b, c, is_causal=causal, policy=policy), torch.float64),
     }
-    native = _TORCH_DTYPES.get(policy.inputs.name)
+    native = torch_dtype(policy.inputs) if policy.inputs.name in _TORCH_NATIVE else None
     if native is not None:
         gqa = q.shape[1] != k.shape[1]
         impls["torch_eager"] = (lambda a, b, c: eager_attention(a, b, c, is_causal=causal, enable_gqa=gqa), native)
