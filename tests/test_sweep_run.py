@@ -12,7 +12,6 @@ from attnum.attention import golden_attention
 from attnum.executors import SweepOptions, run_sweep
 from attnum.experiments.compare import run_compare
 from attnum.experiments.kernel_point import point_inputs
-from attnum.experiments.point_runner import compare_config
 from attnum.experiments.points import Point
 from attnum.experiments.spec import load_spec, spec_from_dict
 from attnum.store import open_store
@@ -35,7 +34,7 @@ def test_every_point_stored_once_with_core_numbers(tiny_run):
     for row in rows[:: 5]:
         if row["kind"] != "compare":
             continue
-        direct = run_compare(compare_config(Point(**row["config"])))
+        direct = run_compare(Point.from_config(row["config"]).compare_config())
         for pair in ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline"):
             assert row["metrics"][pair]["max_abs"] == direct["metrics"][pair]["max_abs"]
         assert row["metrics"]["tiles"] == direct["tiles"]
@@ -47,7 +46,7 @@ def test_kernel_rows_match_sdpa_against_float64_golden(tiny_run):
         krows = store.rows(kind="kernels")
     assert len(krows) == TINY_KERNEL_POINTS
     row = krows[0]
-    point = Point(**row["config"])
+    point = Point.from_config(row["config"])
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[point.format]
     q, k, v = (t.to(dtype) for t in point_inputs(point))
     golden = golden_attention(q.double(), k.double(), v.double())

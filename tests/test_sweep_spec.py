@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, run_cli, write_spec
 
@@ -56,6 +59,10 @@ def test_same_points_same_hash_different_points_different_hash(tmp_path):
         ("[axes]\nvariant = ['fa3']\n", "axes.variant='fa3'"),
         ("[axes]\nsram = [4096]\nblock_k = [64]\n", "impossible"),
         ("[axes]\nkv_order = ['sideways']\n", "axes.kv_order='sideways'"),
+        ("[axes]\ncausal_alignment = ['diagonal']\n", "axes.causal_alignment='diagonal'"),
+        ("[axes]\nkv_len = [0]\n", "axes.kv_len=0"),
+        ("[defaults]\nheads = 4\n[axes]\nkv_heads = [3]\n", "kv_heads=3"),
+        ("[axes]\npolicy = ['fa2:fp16']\n", "policy='fa2:fp16'"),
         ("record = ['everything']\n[axes]\nseq_len = [8]\n", "record='everything'"),
         ("kernels = ['no-such-kernel']\n[axes]\nseq_len = [8]\n", "kernels='no-such-kernel'"),
         ("colour = 'red'\n[axes]\nseq_len = [8]\n", "colour"),
@@ -95,3 +102,57 @@ def test_cuda_sweep_refused_up_front_without_cuda(tmp_path):
 
     assert main(["reproduce", "--profile", "smoke", "--device", "cuda", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert not (tmp_path / "o" / "attnum.sqlite").exists()
+
+
+def test_keys_and_hash_of_stores_made_before_the_new_axes_are_unchanged():
+    """Pinned from the code before kv_len, kv_heads and causal_alignment were axes: the paper's
+    stores (and any other) resume, since fields at their defaults stay out of the key."""
+    import hashlib
+    import json
+
+    from attnum.experiments.paper import paper_spec
+    from attnum.experiments.points import Point
+
+    spec = paper_spec("smoke")
+    assert spec.spec_hash == "7aec5797d7c5a63f"
+    keys = sorted(spec.planned())
+    assert len(keys) == 196 and hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:16] == "8f1dc129d75c590e"
+    p = Point(format="bf16", policy="fa2", seq_len=128, head_dim=16, heads=1, block_q=16, block_k=16, seed=1)
+    assert (p.key, p.kernel_point().key) == ("85825a50a06e5365f0bf", "95d21fbccd531964dcff")
+    # A new axis off its default is part of the key.
+    assert len({p.key, *(dataclasses.replace(p, **kw).key for kw in (
+        {"kv_len": 64}, {"kv_heads": 1}, {"causal_alignment": "bottom_right"}))}) == 4
+
+
+def test_equal_configs_share_a_key_and_round_trip_through_the_store_config():
+    from attnum.experiments.points import Point
+
+    a = Point(format="bfloat16", policy="fa2", logit_scale=2, seq_len=32)
+    b = Point(format="bf16", policy="fa2", logit_scale=2.0, seq_len=32)
+    assert a == b and a.key == b.key and a.config()["format"] == "bf16"
+    for p in (a, a.kernel_point()):
+        assert Point.from_config(p.config()) == p and Point.from_config(p.config()).key == p.key
+    assert a.kernel_point().config()["policy"] is None  # a kernels point runs no policy
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    ({"kind": "kernels", "format": "e5m4"}, "format='e5m4'"),
+    ({"kind": "kernels", "block_k": 64}, "block_k=64"),
+    ({"kind": "sideways"}, "kind='sideways'"),
+])
+def test_point_rules_beyond_compare_config(kw, fragment):
+    from attnum.experiments.points import Point
+
+    with pytest.raises(AttnumInputError, match=re.escape(fragment)):
+        Point(**kw)
+
+
+def test_every_toml_example_in_the_docs_is_a_valid_spec(tmp_path):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reproduce.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        spec = load_spec(write_spec(tmp_path, text=block, name=f"doc{i}.toml"))
+        assert spec.planned()

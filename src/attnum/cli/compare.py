@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from attnum.errors import bad_value
 from attnum.experiments.compare import CompareConfig, run_compare
 
 PAIRS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline")
@@ -30,7 +31,10 @@ def register(app: typer.Typer) -> None:
         square: bool = typer.Option(False, help="Force Br = Bc."),
         variant: str = typer.Option("fa2", help="fa1 (normalize every tile) or fa2 (normalize once)."),
         kv_order: str = typer.Option("forward", help="forward, reverse or random[:SEED] tile order."),
-        causal: bool = typer.Option(False, help="Causal mask (top-left, as torch)."),
+        causal: bool = typer.Option(False, help="Causal mask."),
+        causal_alignment: str = typer.Option(
+            "top_left", help="Causal diagonal: top_left (query i sees keys j <= i, as torch) or bottom_right "
+                             "(j <= i + S - N, as flash-attn >= 2.1)."),
         dist: str = typer.Option("normal", help="normal, uniform or outlier."),
         logit_scale: float = typer.Option(1.0, help="Multiply Q by this (logit magnitude)."),
         seed: int = typer.Option(0, help="Input seed."),
@@ -43,10 +47,14 @@ def register(app: typer.Typer) -> None:
             policy=policy, format=format, seq_len=seq_len, kv_len=kv_len, head_dim=head_dim, heads=heads,
             kv_heads=kv_heads, batch=batch, block_q=block_q, block_k=block_k, sram=sram,
             swap_blocks=swap_blocks, square=square, variant=variant, kv_order=kv_order, causal=causal,
-            dist=dist, logit_scale=logit_scale, seed=seed, device=device,
+            causal_alignment=causal_alignment, dist=dist, logit_scale=logit_scale, seed=seed, device=device,
         )
         if grad:
             from attnum.training.grad_compare import run_grad_compare
+
+            if cfg.causal and cfg.causal_alignment != "top_left":
+                # run_grad_compare's masks are top-left only; refuse rather than answer another question.
+                raise bad_value("causal_alignment", cfg.causal_alignment, "'top_left' with --grad")
 
             result = run_grad_compare(cfg)
             if as_json:

@@ -2,30 +2,46 @@
 
 All three see the same inputs: float64 samples rounded once to the policy's input format, so the
 deviations measure the arithmetic, not the input quantization.
+
+:class:`CompareConfig` is the one description of a point: its fields are the ``attnum compare``
+flags and the sweep axes (a sweep's :class:`attnum.experiments.points.Point` is a CompareConfig
+plus what to run at it), and :data:`FIELDS` holds the one validator of each field.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.attention.flash import VARIANTS, kv_tile_order
+from attnum.attention.masks import ALIGNMENTS
 from attnum.attention.tiles import resolve_tiles
-from attnum.errors import AttnumInputError
-from attnum.inputs import InputSpec, make_qkv
+from attnum.errors import AttnumInputError, bad_value
+from attnum.formats import get_format
+from attnum.inputs import DISTS, InputSpec, make_qkv
 from attnum.metrics import deviation, error_ratio
-from attnum.policy import parse_policy
+from attnum.policy import NAMED, parse_policy
 from attnum.rounding import round_to
 
 DEVICES = ("cpu", "cuda")
+POLICY_NAMES = tuple(NAMED)
+KV_ORDERS = ("forward", "reverse", "random", "random:SEED")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareConfig:
-    """Every knob of one point; field names are the ``attnum compare`` flags."""
+    """Every knob of one point; field names are the ``attnum compare`` flags and the sweep axes.
+
+    ``None`` means the core's default: ``kv_len`` = ``seq_len``, ``kv_heads`` = ``heads``, tiles 128.
+    ``causal_alignment`` places the causal diagonal: ``top_left`` (query i sees keys j <= i, as
+    torch) or ``bottom_right`` (j <= i + S - N, as flash-attn >= 2.1); it matters only when
+    ``causal`` and ``kv_len`` != ``seq_len``.
+    """
 
     policy: str = "uniform"
     format: str = "bf16"
@@ -43,20 +59,22 @@ class CompareConfig:
     variant: str = "fa2"
     kv_order: str = "forward"
     causal: bool = False
+    causal_alignment: str = "top_left"
     dist: str = "normal"
     logit_scale: float = 1.0
     seed: int = 0
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        for f in fields(CompareConfig):
+            check_field(f.name, getattr(self, f.name))
+        # Equal configs compare (and hash) equal: one spelling per format, logit_scale a float.
+        object.__setattr__(self, "format", get_format(self.format).name)
+        object.__setattr__(self, "logit_scale", float(self.logit_scale))
+        # What no single field decides: the policy at this format, kv_heads | heads, sram vs blocks.
         parse_policy(self.policy, self.format)
-        self.input_spec()
-        tiles = self.tiles()
-        if self.variant not in VARIANTS:
-            raise AttnumInputError(f"variant={self.variant!r} is not allowed; expected one of {VARIANTS}")
-        kv_tile_order(tiles.Tc(self.input_spec().S), self.kv_order)
-        if self.device not in DEVICES:
-            raise AttnumInputError(f"device={self.device!r} is not allowed; expected one of {DEVICES}")
+        spec = self.input_spec()
+        kv_tile_order(self.tiles().Tc(spec.S), self.kv_order)
 
     def input_spec(self) -> InputSpec:
         return InputSpec(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads, seq_len=self.seq_len,
@@ -68,7 +86,73 @@ class CompareConfig:
                              swap_blocks=self.swap_blocks, square=self.square)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(CompareConfig)}
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_int(v: Any) -> bool:
+    return _int(v) and v > 0
+
+
+def _opt_positive_int(v: Any) -> bool:
+    return v is None or _positive_int(v)
+
+
+def _parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    """A check that asks the core's own parser (formats, policies, tile orders)."""
+
+    def ok(v: Any) -> bool:
+        if not isinstance(v, str):
+            return False
+        try:
+            parse(v)
+        except AttnumInputError:
+            return False
+        return True
+
+    return ok
+
+
+def _bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+# field -> (what is allowed, check): the one validator of each field, for the CLI and the sweeps.
+FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
+               "overrides", _parses(lambda v: parse_policy(v, "fp32"))),
+    "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", _parses(get_format)),
+    "seq_len": ("a positive integer (N)", _positive_int),
+    "kv_len": ("a positive integer (S; default seq_len)", _opt_positive_int),
+    "head_dim": ("a positive integer (d)", _positive_int),
+    "heads": ("a positive integer (H)", _positive_int),
+    "kv_heads": ("a positive integer dividing heads (G; default heads)", _opt_positive_int),
+    "batch": ("a positive integer (B)", _positive_int),
+    "block_q": ("a positive integer (Br)", _opt_positive_int),
+    "block_k": ("a positive integer (Bc)", _opt_positive_int),
+    "sram": ("a positive integer (M, the SRAM size in elements that sets Br and Bc)", _opt_positive_int),
+    "swap_blocks": ("true or false", _bool),
+    "square": ("true or false", _bool),
+    "variant": (f"one of {VARIANTS}", lambda v: v in VARIANTS),
+    "kv_order": (f"one of {KV_ORDERS}", _parses(lambda v: kv_tile_order(1, v))),
+    "causal": ("true or false", _bool),
+    "causal_alignment": (f"one of {ALIGNMENTS}", lambda v: v in ALIGNMENTS),
+    "dist": (f"one of {DISTS}", lambda v: v in DISTS),
+    "logit_scale": ("a positive finite number (multiplies Q)",
+                    lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")),
+    "seed": ("a non-negative integer", lambda v: _int(v) and v >= 0),
+    "device": (f"one of {DEVICES}", lambda v: v in DEVICES),
+}
+
+
+def check_field(name: str, value: Any) -> None:
+    """Raise :class:`AttnumInputError` (``name=value is not allowed; expected ...``) unless allowed."""
+    allowed, ok = FIELDS[name]
+    if not ok(value):
+        raise bad_value(name, value, allowed)
 
 
 def compare_inputs(cfg: CompareConfig):
@@ -84,7 +168,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     """Run one point -> {"config", "policy", "tiles", "metrics": {pair: {...}}, "ratio", "timing_s"}."""
     policy, (q, k, v) = compare_inputs(cfg)
     tiles = cfg.tiles()
-    common = dict(is_causal=cfg.causal)
+    common = dict(is_causal=cfg.causal, causal_alignment=cfg.causal_alignment)
     timing = {}
     t0 = time.perf_counter()
     golden = golden_attention(q, k, v, **common)

@@ -3,6 +3,11 @@
 The inputs are the same seeded Q, K, V the emulation sees at that point (``attnum.inputs``), cast to
 the point's native dtype, so the report can put the emulation next to what real kernels do.
 A kernel the machine lacks is recorded as unavailable with the registry's reason, not as an error.
+
+Kernels take the SDPA signature, whose ``is_causal`` is top-left aligned. A bottom-right causal
+point hands them that mask as an explicit bool ``attn_mask`` instead (a kernel that takes no mask
+is then recorded as unavailable), and the golden is computed with the same alignment. GQA points
+(kv_heads < heads) call the kernels with ``enable_gqa=True``.
 """
 
 from __future__ import annotations
@@ -16,12 +21,23 @@ from attnum.experiments.points import Point
 
 
 def point_inputs(point: Point):
-    """(q, k, v) float64 for the point, shaped (B, H, N, d) each: the same seeded samples as compare."""
-    from attnum.inputs import InputSpec, make_qkv
+    """float64 q (B, H, N, d), k and v (B, G, S, d) for the point: the same seeded samples as compare."""
+    from attnum.inputs import make_qkv
 
-    spec = InputSpec(batch=point.batch, heads=point.heads, seq_len=point.seq_len, head_dim=point.head_dim,
-                     dist=point.dist, logit_scale=float(point.logit_scale), seed=point.seed)
-    return make_qkv(spec)
+    return make_qkv(point.input_spec())
+
+
+def kernel_masking(point: Point) -> dict[str, Any]:
+    """The SDPA keywords that give a kernel the point's causal mask and GQA layout."""
+    from attnum.attention.masks import causal_bool
+
+    spec = point.input_spec()
+    kw: dict[str, Any] = {"enable_gqa": spec.G != spec.heads}
+    if point.causal and point.causal_alignment != "top_left":
+        kw["attn_mask"] = causal_bool(spec.seq_len, spec.S, point.causal_alignment, device=point.device)
+    else:
+        kw["is_causal"] = point.causal
+    return kw
 
 
 def kernel_deviations(point: Point, *, dtype: torch.dtype, kernels: tuple[str, ...]) -> dict[str, Any]:
@@ -35,7 +51,9 @@ def kernel_deviations(point: Point, *, dtype: torch.dtype, kernels: tuple[str, .
     # values, as in compare (which rounds to the policy's input format first).
     device = torch.device(point.device)
     q, k, v = (t.to(dtype) for t in point_inputs(point))
-    golden_BHNd = golden_attention(q.double(), k.double(), v.double(), is_causal=point.causal)
+    golden_BHNd = golden_attention(q.double(), k.double(), v.double(), is_causal=point.causal,
+                                   causal_alignment=point.causal_alignment)
+    masking = kernel_masking(point)
     fmt = get_format(point.format)
     out: dict[str, Any] = {}
     for name in kernels:
@@ -52,7 +70,7 @@ def kernel_deviations(point: Point, *, dtype: torch.dtype, kernels: tuple[str, .
                 # Eager flex says once per process that it runs unfused; that is what we measure, and
                 # the warning would break the progress bar.
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-                o_BHNd = kernel.fn(q.to(device), k.to(device), v.to(device), is_causal=point.causal)
+                o_BHNd = kernel.fn(q.to(device), k.to(device), v.to(device), **masking)
         except Exception as err:  # noqa: BLE001 - e.g. a backend that refuses this dtype: say so, go on
             out[name] = {"available": False, "reason": f"raised {type(err).__name__}: {err}"}
             continue

@@ -17,33 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.points import NATIVE_FORMATS, Point, compose_policy
-
-
-def compare_config(point: Point):
-    """The core's :class:`CompareConfig` for a compare point (validated by the core)."""
-    from attnum.experiments.compare import CompareConfig
-
-    return CompareConfig(
-        policy=compose_policy(point.policy, point.format),
-        format=point.format,
-        seq_len=point.seq_len,
-        head_dim=point.head_dim,
-        heads=point.heads,
-        batch=point.batch,
-        block_q=point.block_q,
-        block_k=point.block_k,
-        sram=point.sram,
-        swap_blocks=point.swap_blocks,
-        square=point.square,
-        variant=point.variant,
-        kv_order=point.kv_order,
-        causal=point.causal,
-        dist=point.dist,
-        logit_scale=float(point.logit_scale),
-        seed=point.seed,
-        device=point.device,
-    )
+from attnum.experiments.points import Point
 
 
 def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -53,7 +27,7 @@ def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str
     """
     started = time.time()
     t0 = time.perf_counter()
-    point = Point(**config)
+    point = Point.from_config(config)
     try:
         metrics = _compare(point) if point.kind == "compare" else _kernels(point, kernels)
         status, error = "done", None
@@ -79,7 +53,7 @@ def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str
 def _compare(point: Point) -> dict[str, Any]:
     from attnum.experiments.compare import run_compare
 
-    result = run_compare(compare_config(point))
+    result = run_compare(point.compare_config())
     metrics = {
         **result["metrics"],
         "ratio": result["ratio"],
@@ -101,13 +75,10 @@ def _format_bits(fmt: str) -> dict[str, int]:
 
 def _kernels(point: Point, kernels: tuple[str, ...]) -> dict[str, Any]:
     """Each requested real kernel's deviation from the float64 golden at this point's inputs."""
-    import torch
-
     from attnum.experiments.kernel_point import kernel_deviations
+    from attnum.formats import torch_dtype
 
-    if point.format not in NATIVE_FORMATS:
-        raise ValueError(f"format={point.format!r} has no torch dtype; real kernels need one of {list(NATIVE_FORMATS)}")
-    dtype = getattr(torch, NATIVE_FORMATS[point.format])
+    dtype = torch_dtype(point.format)  # a kernels Point only holds formats that have one
     return _plain({**kernel_deviations(point, dtype=dtype, kernels=kernels), "format_bits": _format_bits(point.format)})
 
 
@@ -143,6 +114,8 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "device": device,
         "device_name": _device_name(device),
         "torch_threads": torch.get_num_threads(),
+        # Which vectorised kernels torch's CPU ops dispatch to (AVX2, AVX512, ...): it changes CPU results.
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "git_commit": _git_commit(),
     }
     return env
@@ -177,4 +150,4 @@ def _git_commit() -> str | None:
 
 
 if __name__ == "__main__":  # pragma: no cover - manual smoke: python -m attnum.experiments.point_runner
-    print(run_point(Point(seq_len=128).config()), file=sys.stdout)
+    print(run_point(Point(seq_len=128, policy="fa2").config()), file=sys.stdout)

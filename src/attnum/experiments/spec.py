@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import AttnumInputError
-from attnum.experiments.points import AXES, COMPARISONS, Point, check_axis_value, check_point
+from attnum.experiments.compare import FIELDS
+from attnum.experiments.points import AXES, COMPARISONS, Point
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -108,7 +109,7 @@ class SweepSpec:
             "name": self.name,
             "record": list(self.record),
             "kernels": list(self.kernels),
-            "groups": [{"name": g.name, "points": [p.config() for p in g.points]} for g in self.groups],
+            "groups": [{"name": g.name, "points": [p.identity() for p in g.points]} for g in self.groups],
         }
 
     @property
@@ -121,7 +122,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a TOML spec file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: spec file not found")
+        raise AttnumInputError(f"spec={str(path)!r} is not allowed; expected an existing TOML file")
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
@@ -213,8 +214,7 @@ def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, pre
         cfg = {**defaults, **combo}
         try:
             point = Point(**cfg)
-            check_point(point)
-        except (TypeError, ValueError) as err:
+        except AttnumInputError as err:
             shown = ", ".join(f"{k}={v!r}" for k, v in combo.items())
             raise AttnumInputError(f"{source}: {prefix}point ({shown}) is impossible: {err}") from None
         points.append(point)
@@ -238,9 +238,9 @@ def _check_axis(source: str, where: str, key: str, value: Any) -> None:
         raise AttnumInputError(
             f"{source}: {where} is not a known axis; expected one of {', '.join(sorted(AXES))}"
         )
-    problem = check_axis_value(key, value)
-    if problem is not None:
-        raise _bad(source, where, value, problem)
+    allowed, ok = FIELDS[key]
+    if not ok(value):
+        raise _bad(source, where, value, allowed)
 
 
 def _check_keys(data: dict[str, Any], known: tuple[str, ...], source: str, prefix: str) -> None:

@@ -126,10 +126,12 @@ def _group_table(rows: list[Row], group: str) -> str:
     sub = [r for r in rows if group in r["groups"] and r["kind"] == "compare" and r["status"] == "done"]
     if not sub:
         return ""
-    fields = [k for k in sub[0]["config"] if k != "seed" and len({repr(r["config"][k]) for r in sub}) > 1]
+    # Rows planned before a field existed lack it (stores made by older attnum), hence .get.
+    names = dict.fromkeys(k for r in sub for k in r["config"])
+    fields = [k for k in names if k != "seed" and len({repr(r["config"].get(k)) for r in sub}) > 1]
     buckets: dict[tuple, list[Row]] = {}
     for r in sub:
-        buckets.setdefault(tuple(r["config"][k] for k in fields), []).append(r)
+        buckets.setdefault(tuple(r["config"].get(k) for k in fields), []).append(r)
     body = []
     for key, rs in buckets.items():
         cells = list(key)
