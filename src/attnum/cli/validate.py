@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from attnum.errors import bad_value
 from attnum.experiments.validate import ValidateConfig, run_validate
 
 
@@ -13,13 +14,13 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     try:
         return tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise ValueError(f"{name}={text!r} is not allowed; expected comma-separated integers") from None
+        raise bad_value(name, text, "comma-separated integers") from None
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
-        formats: str = typer.Option("bf16,fp16,fp32", help="Comma-separated: bf16, fp16, fp32."),
+        formats: str = typer.Option("bf16,fp16,fp32", help="Comma-separated: bf16, fp16, fp32 (or aliases)."),
         seq_lens: str = typer.Option("256,512,1024,2048", help="Comma-separated sequence lengths."),
         heads: int = typer.Option(4),
         head_dim: int = typer.Option(64),

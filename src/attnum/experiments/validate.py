@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from attnum.attention import flash_attention, golden_attention
-from attnum.errors import AttnumInputError
+from attnum.errors import AttnumInputError, bad_value
+from attnum.formats import get_format, torch_dtype
 from attnum.inputs import InputSpec, make_qkv
 from attnum.kernels import get_kernel
 from attnum.metrics import deviation
 from attnum.policy import torch_cpu
 
 CPU_KV_SPLIT = 512
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# The formats the torch-cpu policy models the CPU flash kernel for (it computes in fp32).
+FORMATS = ("bf16", "fp16", "fp32")
 
 
 def torch_cpu_q_split(N: int) -> int:
@@ -39,17 +39,26 @@ class ValidateConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for f in self.formats:
-            if f not in DTYPES:
-                raise AttnumInputError(f"format={f!r} is not allowed; expected one of {sorted(DTYPES)}")
+        object.__setattr__(self, "formats", tuple(_format_name(f) for f in self.formats))
         for n in self.seq_lens:
             InputSpec(seq_len=n)
         InputSpec(heads=self.heads, head_dim=self.head_dim)
 
 
+def _format_name(fmt: str) -> str:
+    """The canonical name of one of :data:`FORMATS`, aliases (bfloat16, half, ...) included."""
+    try:
+        name = get_format(fmt).name
+    except AttnumInputError:
+        name = None
+    if name not in FORMATS:
+        raise bad_value("format", fmt, f"one of {FORMATS} (or an alias such as bfloat16, half)")
+    return name
+
+
 def validate_point(fmt: str, N: int, cfg: ValidateConfig) -> dict:
     """One (format, N): emulation vs the real kernel in ULPs, and each against float64 golden."""
-    dtype = DTYPES[fmt]
+    dtype = torch_dtype(fmt)
     q, k, v = (x.to(dtype) for x in make_qkv(InputSpec(heads=cfg.heads, seq_len=N, head_dim=cfg.head_dim,
                                                         seed=cfg.seed)))
     real = get_kernel("torch-sdpa-flash").fn(q, k, v, is_causal=cfg.causal).double()
