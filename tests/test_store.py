@@ -71,5 +71,5 @@ def test_bind_other_spec_refused_same_spec_accepted(tmp_path):
 
 
 def test_open_store_missing_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no attnum.sqlite"):
+    with pytest.raises(AttnumInputError, match=r"out=.*nothing.* is not allowed; expected a folder holding attnum.sqlite"):
         open_store(tmp_path / "nothing")

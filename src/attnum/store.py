@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnum.errors import AttnumInputError
+from attnum.errors import AttnumInputError, bad_value
 
 DB_NAME = "attnum.sqlite"
 SCHEMA_VERSION = "1"
@@ -48,7 +48,7 @@ class Store:
         path = Path(path)
         self.path = path / DB_NAME if path.is_dir() or path.suffix != ".sqlite" else path
         if not create and not self.path.is_file():
-            raise FileNotFoundError(f"{self.path}: no attnum results store here")
+            raise bad_value("out", str(path), f"a folder holding {DB_NAME} (a results store)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: we commit explicitly, one transaction per point.
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -234,5 +234,6 @@ def open_store(out_dir: str | Path) -> Store:
     """Open an existing folder's store for reading (runs, export, report)."""
     path = Path(out_dir)
     if not (path / DB_NAME).is_file():
-        raise FileNotFoundError(f"{path}: no {DB_NAME} here; run `attnum sweep` or `attnum reproduce` first")
+        raise bad_value("out", str(path), f"a folder holding {DB_NAME}; run `attnum sweep` or `attnum reproduce` "
+                        "first")
     return Store(path, create=False)

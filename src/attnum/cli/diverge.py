@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from attnum.errors import AttnumInputError
+
 DEFAULT_OUT = Path("runs/diverge")
 
 
@@ -43,11 +45,16 @@ def register(app: typer.Typer) -> None:
             return
         from attnum.training.diverge import DivergeConfig, run_diverge
 
-        cfg = DivergeConfig(
-            workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,
-            block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
-            init_seed=init_seed, alt_seed=alt_seed, data_seed=data_seed, out=out,
-        )
+        try:
+            cfg = DivergeConfig(
+                workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,
+                block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
+                init_seed=init_seed, alt_seed=alt_seed, data_seed=data_seed, out=out,
+            )
+        except ValueError as err:
+            # DivergeConfig only validates these flags, but some of its checks still raise a bare
+            # ValueError (training/diverge.py); until they raise AttnumInputError, they are input here.
+            raise AttnumInputError(str(err)) from None
         summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
         if as_json:
             print(json.dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
