@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 
 import pytest
+import torch
 from _sweep_helpers import smoke_reproduction
 
 from attnum.experiments.findings import CLAIMS
@@ -52,8 +54,10 @@ def test_smoke_reproduction_writes_store_figures_and_report(tmp_path_factory):
     assert set(verdicts) <= {"holds", "does not hold", "not tested"}
     assert "torch-sdpa-math" in page and "unavailable" in page  # real kernels listed, CUDA ones unavailable
     # Environment recorded per point: versions and commit.
-    env = sqlite3.connect(out / "attnum.sqlite").execute("SELECT env FROM environments").fetchone()[0]
-    assert '"torch"' in env and '"python"' in env and '"git_commit"' in env
+    env = json.loads(sqlite3.connect(out / "attnum.sqlite").execute("SELECT env FROM environments").fetchone()[0])
+    assert {"torch", "python", "git_commit"} <= set(env)
+    # Which vectorised CPU kernels torch dispatched to (AVX2, AVX512, ...): it changes CPU results.
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert all(r["wall_s"] > 0 for r in rows)
 
 

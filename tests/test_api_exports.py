@@ -1,0 +1,19 @@
+"""The top-level API: what ``import attnum`` offers, checked against exact values."""
+
+from __future__ import annotations
+
+import attnum
+
+
+def test_wasserstein_distance_and_metrics_are_top_level():
+    assert {"wasserstein_distance", "metrics", "AttnumInputError"} <= set(attnum.__all__)
+    assert attnum.wasserstein_distance is attnum.metrics.wasserstein_distance
+    # By hand: {0, 1} -> {1, 2} moves all the mass by 1; on {0, 4}, weights (3/4, 1/4) -> (0, 1) move
+    # 3/4 of it by 4.
+    assert attnum.wasserstein_distance([0.0, 1.0], [1.0, 2.0]) == 1.0
+    assert attnum.wasserstein_distance([0.0, 4.0], [0.0, 4.0], [3.0, 1.0], [0.0, 1.0]) == 3.0
+
+
+def test_every_name_in_all_exists():
+    for name in attnum.__all__:
+        assert hasattr(attnum, name), name
