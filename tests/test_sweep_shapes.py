@@ -113,3 +113,16 @@ def test_resume_runs_nothing_and_keys_hold(shapes_store, capsys):
     assert "16 points planned, 16 already done, 0 run" in capsys.readouterr().out
     for r in rows:
         assert Point.from_config(r["config"]).key == r["key"]
+
+
+def test_gqa_bottom_right_points_run_on_each_device(tmp_path, device):
+    """The same shapes on each device (CUDA is an opt-in re-run, skipped without a GPU)."""
+    spec = SPEC.replace("[axes]", f'device = "{device}"\n[axes]').replace("kv_heads = [1, 2]", "kv_heads = [2]")
+    assert cli("sweep", write_spec(tmp_path, spec), "--out", tmp_path / "out", "--quiet") == 0
+    with open_store(tmp_path / "out") as store:
+        rows = store.rows(status=None)
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"done"}
+    for r in rows:
+        assert r["config"]["device"] == device
+        if r["kind"] == "kernels":
+            assert r["metrics"]["kernels"]["torch-sdpa-math"]["available"], r["metrics"]
