@@ -83,9 +83,9 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     """Audit ``target`` (or the one ``config.target`` names) with the configured probes and dtypes."""
     available, reason = True, ""
     if target is None:
-        from attnum.kernels.targets import resolve_target
+        from attnum.kernels.registry import resolve
 
-        resolved = resolve_target(config.target, config.device)
+        resolved = resolve(config.target, config.device, param="target")
         target, available, reason = resolved.fn, resolved.available, resolved.reason
     results: list[ProbeResult] = []
     if available:

@@ -6,7 +6,6 @@ import json
 
 import typer
 
-from attnum.errors import bad_value
 from attnum.experiments.compare import CompareConfig, run_compare
 
 PAIRS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline")
@@ -50,11 +49,7 @@ def register(app: typer.Typer) -> None:
             causal_alignment=causal_alignment, dist=dist, logit_scale=logit_scale, seed=seed, device=device,
         )
         if grad:
-            from attnum.training.grad_compare import run_grad_compare
-
-            if cfg.causal and cfg.causal_alignment != "top_left":
-                # run_grad_compare's masks are top-left only; refuse rather than answer another question.
-                raise bad_value("causal_alignment", cfg.causal_alignment, "'top_left' with --grad")
+            from attnum.experiments.grad_compare import run_grad_compare
 
             result = run_grad_compare(cfg)
             if as_json:
@@ -95,7 +90,7 @@ def print_grad_result(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from attnum.training.grad_compare import grad_rows
+    from attnum.experiments.grad_compare import grad_rows
 
     pol, tiles = result["policy"], result["tiles"]
     table = Table(title=f"gradients under {pol['name']}  N={result['config']['seq_len']}  Bc={tiles['Bc']}")

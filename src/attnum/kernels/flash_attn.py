@@ -8,21 +8,12 @@ flash-attn 2.1; the causal-alignment probe reports that rather than failing it.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 NAME = "flash-attn"
-
-
-def status(device: str) -> tuple[bool, str]:
-    if importlib.util.find_spec("flash_attn") is None:
-        return False, "package flash_attn is not installed"
-    if not torch.cuda.is_available():
-        return False, "flash-attn needs a CUDA device, and none is available"
-    if device != "cuda":
-        return False, "flash-attn runs on CUDA only; use --device cuda"
-    return True, ""
+PACKAGE = "flash_attn"
+DEVICES = ("cuda",)
+DTYPES = (torch.bfloat16, torch.float16)
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

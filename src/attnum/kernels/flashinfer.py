@@ -8,21 +8,12 @@ flashinfer#4401.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 NAME = "flashinfer"
-
-
-def status(device: str) -> tuple[bool, str]:
-    if importlib.util.find_spec("flashinfer") is None:
-        return False, "package flashinfer is not installed"
-    if not torch.cuda.is_available():
-        return False, "flashinfer needs a CUDA device, and none is available"
-    if device != "cuda":
-        return False, "flashinfer runs on CUDA only; use --device cuda"
-    return True, ""
+PACKAGE = "flashinfer"
+DEVICES = ("cuda",)
+DTYPES = (torch.bfloat16, torch.float16)
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

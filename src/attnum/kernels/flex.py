@@ -8,21 +8,15 @@ to kernel choice.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import warnings
 
 import torch
 
 NAME = "torch-flex"
-
-
-def status(device: str) -> tuple[bool, str]:
-    if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
-        return False, f"torch {torch.__version__} has no torch.nn.attention.flex_attention"
-    if device == "cuda" and not torch.cuda.is_available():
-        return False, "CUDA is not available"
-    return True, ""
+PACKAGE = "torch.nn.attention.flex_attention"  # torch >= 2.5
+DEVICES = ("cpu", "cuda")
+DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
 def _bias(attn_mask, is_causal: bool, n: int, s: int, device) -> torch.Tensor | None:

@@ -1,8 +1,19 @@
-"""Real attention kernels behind one signature, and which of them this machine can run.
+"""Every attention name resolves here: to a callable with the SDPA signature, or a reason it cannot run.
 
-Every kernel is called as ``fn(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+Every attention is called as ``fn(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 scale=None, enable_gqa=False)`` with (B, H, N, d) tensors, like
-``torch.nn.functional.scaled_dot_product_attention``. Unknown names fail with the list of known ones.
+``torch.nn.functional.scaled_dot_product_attention``, and returns ``query.dtype``. Names:
+
+- attnum's own implementations (:mod:`attnum.kernels.reference`): ``golden``, ``eager``,
+  ``baseline:POLICY``, ``flash:POLICY`` (the ``baseline:`` and ``flash:`` prefixes are reserved);
+- real kernels (:data:`KERNELS`): torch SDPA and its backends, and the adapters beside this module
+  (``torch-flex``, ``flash-attn``, ``flashinfer``, ``xformers``);
+- a user's callable: ``package.module:function`` or ``path/to/file.py:function``
+  (:mod:`attnum.kernels.user`).
+
+A name that is known but cannot run here (package or device missing) resolves to an *unavailable*
+:class:`Target` that says why; anything else is an :class:`attnum.errors.AttnumInputError` listing the
+known names (the CLI exits 2).
 """
 
 from __future__ import annotations
@@ -15,21 +26,41 @@ import torch
 import torch.nn.functional as F
 
 from attnum.errors import AttnumInputError
+from attnum.kernels import flash_attn, flashinfer, flex, reference, user, xformers
+
+SdpaFn = Callable[..., torch.Tensor]
+_EVERY_DTYPE = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+_ANY_DEVICE = ("cpu", "cuda")  # attnum's implementations and user callables run wherever torch does
 
 
 @dataclass(frozen=True, kw_only=True)
 class Kernel:
+    """A real kernel: ``fn`` runs on ``devices`` when ``package`` is importable, for ``dtypes``."""
+
     name: str
-    fn: Callable
+    fn: SdpaFn
     devices: tuple[str, ...]
     package: str | None = None
     doc: str = ""
-    dtypes: tuple[torch.dtype, ...] = field(
-        default=(torch.float64, torch.float32, torch.bfloat16, torch.float16)
-    )
+    dtypes: tuple[torch.dtype, ...] = field(default=_EVERY_DTYPE)
 
 
-def _sdpa_backend(backend_name: str | None) -> Callable:
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """A resolved name: ``fn`` is None exactly when it is unavailable here (``reason`` says why)."""
+
+    name: str
+    fn: SdpaFn | None
+    available: bool
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.available != (self.fn is not None):
+            raise ValueError(f"target {self.name!r}: available={self.available} needs fn to be "
+                             f"{'a callable' if self.available else 'None'}")
+
+
+def _sdpa_backend(backend_name: str | None) -> SdpaFn:
     def call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         kwargs = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
         if enable_gqa:
@@ -45,59 +76,114 @@ def _sdpa_backend(backend_name: str | None) -> Callable:
     return call
 
 
-KERNELS: dict[str, Kernel] = {
-    "torch-sdpa": Kernel(name="torch-sdpa", fn=_sdpa_backend(None), devices=("cpu", "cuda"),
-                         doc="F.scaled_dot_product_attention with torch's default backend choice"),
-    "torch-sdpa-math": Kernel(name="torch-sdpa-math", fn=_sdpa_backend("MATH"), devices=("cpu", "cuda"),
-                              doc="SDPBackend.MATH (bf16/fp16 upcast to fp32 inside)"),
-    "torch-sdpa-flash": Kernel(name="torch-sdpa-flash", fn=_sdpa_backend("FLASH_ATTENTION"), devices=("cpu", "cuda"),
-                               doc="SDPBackend.FLASH_ATTENTION (CPU: FlashAttentionKernel.cpp, KV tile 512)"),
-    "torch-sdpa-efficient": Kernel(name="torch-sdpa-efficient", fn=_sdpa_backend("EFFICIENT_ATTENTION"),
-                                   devices=("cuda",), doc="SDPBackend.EFFICIENT_ATTENTION (memory-efficient)"),
-    "torch-sdpa-cudnn": Kernel(name="torch-sdpa-cudnn", fn=_sdpa_backend("CUDNN_ATTENTION"), devices=("cuda",),
-                               doc="SDPBackend.CUDNN_ATTENTION"),
-}
+def _sdpa(name: str, backend: str | None, devices: tuple[str, ...], doc: str) -> Kernel:
+    return Kernel(name=name, fn=_sdpa_backend(backend), devices=devices, doc=doc)
 
 
-def _register_adapters() -> None:
-    """The SDPA-signature adapters of other libraries (modules beside this one); imported lazily by
-    each adapter's ``sdpa``, so a missing package only makes that kernel unavailable."""
-    from attnum.kernels import flash_attn, flashinfer, flex, xformers
-
-    half = (torch.bfloat16, torch.float16)
-    every = (torch.float64, torch.float32, *half)
-    for mod, devices, package, dtypes in (
-        (flex, ("cpu", "cuda"), None, every),
-        (flash_attn, ("cuda",), "flash_attn", half),
-        (flashinfer, ("cuda",), "flashinfer", half),
-        (xformers, ("cpu", "cuda"), "xformers", (torch.float32, *half)),
-    ):
-        KERNELS[mod.NAME] = Kernel(name=mod.NAME, fn=mod.sdpa, devices=devices, package=package, dtypes=dtypes,
-                                   doc=(mod.__doc__ or "").strip().splitlines()[0])
+def _adapter(mod) -> Kernel:
+    """An adapter module beside this one; it imports its package lazily inside ``sdpa``, so a
+    missing package only makes that kernel unavailable."""
+    return Kernel(name=mod.NAME, fn=mod.sdpa, devices=mod.DEVICES, package=mod.PACKAGE, dtypes=mod.DTYPES,
+                  doc=(mod.__doc__ or "").strip().splitlines()[0])
 
 
-_register_adapters()
+KERNELS: dict[str, Kernel] = {k.name: k for k in (
+    _sdpa("torch-sdpa", None, ("cpu", "cuda"), "F.scaled_dot_product_attention with torch's default backend choice"),
+    _sdpa("torch-sdpa-math", "MATH", ("cpu", "cuda"), "SDPBackend.MATH (bf16/fp16 upcast to fp32 inside)"),
+    _sdpa("torch-sdpa-flash", "FLASH_ATTENTION", ("cpu", "cuda"),
+          "SDPBackend.FLASH_ATTENTION (CPU: FlashAttentionKernel.cpp, KV tile 512)"),
+    _sdpa("torch-sdpa-efficient", "EFFICIENT_ATTENTION", ("cuda",), "SDPBackend.EFFICIENT_ATTENTION (memory-efficient)"),
+    _sdpa("torch-sdpa-cudnn", "CUDNN_ATTENTION", ("cuda",), "SDPBackend.CUDNN_ATTENTION"),
+    *(_adapter(mod) for mod in (flex, flash_attn, flashinfer, xformers)),
+)}
+
+
+def builtin_names() -> list[str]:
+    """Every built-in name: attnum's implementations (families as ``NAME:POLICY``), then real kernels."""
+    return [*reference.NAMES, *(f"{f}:POLICY" for f in reference.FAMILIES), *sorted(KERNELS)]
+
+
+def _unknown(param: str, spec: object) -> AttnumInputError:
+    return AttnumInputError(f"{param}={spec!r} is not allowed; expected a built-in ({', '.join(builtin_names())}), "
+                            "'package.module:function' or 'path/file.py:function'")
 
 
 def get_kernel(name: str) -> Kernel:
+    """The real kernel ``name`` (not attnum's own implementations, not user callables)."""
     try:
         return KERNELS[name]
     except KeyError:
         raise AttnumInputError(f"kernel={name!r} is not allowed; expected one of {sorted(KERNELS)}") from None
 
 
-def kernel_status(name: str, device: str = "cpu") -> tuple[bool, str]:
-    """(available, reason): whether ``name`` can run on ``device`` here, and why not."""
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _status(name: str, devices: tuple[str, ...], package: str | None, device: str | None) -> tuple[bool, str]:
+    """(available, reason); ``device=None`` asks whether any of ``devices`` exists on this machine."""
+    why = []
+    if package and not _installed(package):
+        why.append(f"package {package!r} is not installed")
+    cuda = torch.cuda.is_available()
+    if device is None:
+        if not any(d != "cuda" or cuda for d in devices):
+            why.append(f"{name} runs on {', '.join(devices)} only, and CUDA is not available on this machine")
+    else:
+        dev = torch.device(device).type
+        if dev not in devices:
+            why.append(f"{name} runs on {', '.join(devices)} only, not {dev}")
+        elif dev == "cuda" and not cuda:
+            why.append("CUDA is not available on this machine")
+    return not why, "; ".join(why)
+
+
+def kernel_status(name: str, device: str | None = "cpu") -> tuple[bool, str]:
+    """(available, reason): whether the real kernel ``name`` can run on ``device`` here, and why not."""
     kernel = get_kernel(name)
-    dev = torch.device(device).type
-    if dev not in kernel.devices:
-        return False, f"{name} runs on {', '.join(kernel.devices)} only, not {dev}"
-    if dev == "cuda" and not torch.cuda.is_available():
-        return False, "CUDA is not available on this machine"
-    if kernel.package and importlib.util.find_spec(kernel.package) is None:
-        return False, f"package {kernel.package!r} is not installed"
-    return True, "available"
+    return _status(name, kernel.devices, kernel.package, device)
 
 
-def available_kernels(device: str = "cpu") -> dict[str, tuple[bool, str]]:
+def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]:
     return {name: kernel_status(name, device) for name in KERNELS}
+
+
+def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | None = None,
+            block_k: int | None = None, param: str = "attention") -> Target:
+    """Resolve ``spec`` for ``device`` (None: whichever device the tensors will be on).
+
+    ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
+    ``block_q``/``block_k`` are flash's tiles and ignored by every other name. Raises
+    AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
+    """
+    if callable(spec):
+        return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True)
+    if not isinstance(spec, str) or not spec.strip():
+        raise _unknown(param, spec)
+    spec = spec.strip()
+    kind, sep, policy = spec.partition(":")
+    if spec in KERNELS:
+        ok, why = kernel_status(spec, device)
+        return Target(name=spec, fn=KERNELS[spec].fn if ok else None, available=ok, reason=why)
+    if spec in reference.NAMES:
+        fn = reference.builtin(spec)
+    elif sep and kind in reference.FAMILIES:
+        fn = reference.family(kind, policy, block_q=block_q, block_k=block_k)
+    elif user.is_user_spec(spec):
+        fn = user.load_user_target(spec)
+    else:
+        raise _unknown(param, spec)
+    ok, why = _status(spec, _ANY_DEVICE, None, device)
+    return Target(name=spec, fn=fn if ok else None, available=ok, reason=why)
+
+
+def require(spec: str | SdpaFn, device: str | None = None, *, block_q: int | None = None,
+            block_k: int | None = None, param: str = "attention") -> Target:
+    """:func:`resolve`, and an AttnumInputError saying why when the target cannot run here."""
+    target = resolve(spec, device, block_q=block_q, block_k=block_k, param=param)
+    if not target.available:
+        raise AttnumInputError(f"{param}={target.name!r} is not available here: {target.reason}")
+    return target

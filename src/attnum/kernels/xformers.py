@@ -7,20 +7,14 @@ wants a 5-D grouped layout).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 
 NAME = "xformers"
-
-
-def status(device: str) -> tuple[bool, str]:
-    if importlib.util.find_spec("xformers") is None:
-        return False, "package xformers is not installed"
-    if device == "cuda" and not torch.cuda.is_available():
-        return False, "CUDA is not available"
-    return True, ""
+PACKAGE = "xformers"
+DEVICES = ("cpu", "cuda")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -3,5 +3,5 @@
 Modules: ``data`` (bundled datasets, fixed order per seed), ``models`` (tiny transformers with a
 pluggable SDPA-signature attention), ``impls`` (attention specs -> callables), ``loop`` (one run),
 ``checkpoints`` (safetensors I/O), ``divergence`` (weight metrics), ``diverge`` (the paper's runs),
-``grad_compare`` (dQ/dK/dV against float64 autograd), ``report`` (curves + HTML), ``ddp`` (torchrun).
+``report`` (curves + HTML), ``ddp`` (torchrun).
 """

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from attnum.attention import baseline_attention, flash_attention, golden_attention
+from attnum.attention import baseline_attention, flash_attention, golden_attention, masks
 from attnum.attention.eager import eager_attention
 from attnum.experiments.compare import CompareConfig, compare_inputs
 from attnum.formats import torch_dtype
@@ -52,21 +52,31 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
     B, H, N, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[-1]
     do = round_to(torch.randn(B, H, N, dv, dtype=torch.float64, generator=g, device=q.device), policy.inputs)
     causal = cfg.causal
+    align = {"causal_alignment": cfg.causal_alignment}
     impls = {
-        "golden": (lambda a, b, c: golden_attention(a, b, c, is_causal=causal), torch.float64),
-        "flash": (lambda a, b, c: flash_attention(a, b, c, is_causal=causal, policy=policy, block_q=tiles.Br,
+        "golden": (lambda a, b, c: golden_attention(a, b, c, is_causal=causal, **align), torch.float64),
+        "flash": (lambda a, b, c: flash_attention(a, b, c, is_causal=causal, **align, policy=policy, block_q=tiles.Br,
                                                   block_k=tiles.Bc, variant=cfg.variant, kv_order=cfg.kv_order),
                   torch.float64),
-        "baseline": (lambda a, b, c: baseline_attention(a, b, c, is_causal=causal, policy=policy), torch.float64),
+        "baseline": (lambda a, b, c: baseline_attention(a, b, c, is_causal=causal, **align, policy=policy),
+                     torch.float64),
     }
     native = torch_dtype(policy.inputs) if policy.inputs.name in _TORCH_NATIVE else None
     if native is not None:
         gqa = q.shape[1] != k.shape[1]
-        impls["torch_eager"] = (lambda a, b, c: eager_attention(a, b, c, is_causal=causal, enable_gqa=gqa), native)
+        impls["torch_eager"] = (lambda a, b, c: eager_attention(a, b, c, is_causal=causal, enable_gqa=gqa, **align),
+                                native)
+        # torch's SDPA knows top-left causal only: another alignment goes in as an explicit bool mask
+        N, S = q.shape[2], k.shape[2]
+        sdpa_mask = None
+        if causal and cfg.causal_alignment != "top_left" and N != S:
+            sdpa_mask = masks.causal_bool(N, S, cfg.causal_alignment, device=q.device)
+        sdpa_causal = causal and sdpa_mask is None
 
         def torch_flash(a, b, c):
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=gqa)
+                return torch.nn.functional.scaled_dot_product_attention(a, b, c, attn_mask=sdpa_mask,
+                                                                        is_causal=sdpa_causal, enable_gqa=gqa)
 
         impls["torch_flash"] = (torch_flash, native)
     grads, timing = {}, {}
