@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnum.errors import AttnumInputError
+
 DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 # Every template has exactly four words so captions need no padding mask.
 CAPTION_TEMPLATES = (
@@ -107,7 +109,7 @@ def shard(batch: dict, rank: int, world_size: int) -> dict:
     out = {}
     for name, t in batch.items():
         if t.shape[0] % world_size:
-            raise ValueError(f"batch size {t.shape[0]} is not divisible by world_size={world_size}")
+            raise AttnumInputError(f"batch={t.shape[0]} is not allowed with world_size={world_size}; expected a multiple of it")
         n = t.shape[0] // world_size
         out[name] = t[rank * n : (rank + 1) * n]
     return out

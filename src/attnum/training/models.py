@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnum.errors import AttnumInputError
+
 SdpaFn = Callable[..., torch.Tensor]
 
 
@@ -33,9 +35,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "n_layers", "mlp_ratio"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be positive")
+                raise AttnumInputError(f"{name}={getattr(self, name)!r} is not allowed; expected a positive integer")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+            raise AttnumInputError(f"d_model={self.d_model} is not allowed; expected a multiple of n_heads={self.n_heads}")
 
 
 class SelfAttention(nn.Module):

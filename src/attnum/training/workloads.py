@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnum.errors import bad_value
+from attnum.errors import AttnumInputError, bad_value
 from attnum.training.data import CAPTION_LEN, CAPTION_VOCAB, DigitsData, TextData
 from attnum.training.models import ByteLM, DigitsDiT, ModelConfig
 
@@ -35,7 +35,7 @@ class WorkloadConfig:
             raise bad_value("workload", self.name, " | ".join(WORKLOADS))
         for name in ("batch_size", "seq_len", "diffusion_steps"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be positive")
+                raise AttnumInputError(f"{name}={getattr(self, name)!r} is not allowed; expected a positive integer")
 
 
 class Workload:
