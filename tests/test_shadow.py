@@ -114,7 +114,7 @@ def test_propagate_reference_returns_reference_output():
     fn = torch.nn.functional.scaled_dot_product_attention
     with shadow(candidate="flash:uniform:bf16", reference="eager", propagate="reference") as rec:
         out = fn(q, k, v, is_causal=True)
-    from attnum.training.impls import eager_attention
+    from attnum.attention.eager import eager_attention
 
     assert torch.equal(out, eager_attention(q, k, v, is_causal=True))
     assert rec.records[0]["metrics"]["max_abs"] > 0  # bf16 candidate differs, and it was measured

@@ -137,3 +137,11 @@ def test_headline_is_computed_from_the_curves():
     assert h["ratios"]["seed"]["max_abs"] == pytest.approx(2e-4)
     assert "flash / low-precision W1 at step 20: 0.2" in h["lines"]
     assert np.isnan(h["ratios"]["seed"]["w1_rate"])  # a flat proxy curve has no growth rate to divide by
+
+
+def test_attention_this_machine_cannot_run_fails_before_training(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(AttnumInputError, match="torch-sdpa-cudnn.*not available here"):
+        _run(tmp_path, attention="torch-sdpa-cudnn")
+    assert not (tmp_path / "r").exists()

@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from attnum.errors import AttnumInputError
+from attnum.kernels.registry import require
 from attnum.metrics import deviation
-from attnum.training.impls import describe, resolve_attention
 
 PROPAGATE = ("candidate", "reference")
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -54,8 +54,8 @@ _INT = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
 
 @dataclass(frozen=True, kw_only=True)
 class ShadowConfig:
-    """candidate/reference: an SDPA-signature callable, a kernel registry name, or a spec such as
-    ``flash:fa2:bf16`` / ``baseline:fp32`` / ``golden`` / ``eager`` (``attnum.training.impls``)."""
+    """candidate/reference: an SDPA-signature callable or any name :mod:`attnum.kernels.registry`
+    resolves (``torch-sdpa``, ``flash:fa2:bf16``, ``baseline:fp32``, ``golden``, ``eager``, ``module:function``)."""
 
     candidate: Any = "torch-sdpa"
     reference: Any = "golden"
@@ -64,8 +64,8 @@ class ShadowConfig:
     def __post_init__(self) -> None:
         if self.propagate not in PROPAGATE:
             raise AttnumInputError(f"propagate={self.propagate!r} is not allowed; expected one of {PROPAGATE}")
-        resolve_attention(self.candidate)
-        resolve_attention(self.reference)
+        require(self.candidate, param="candidate")
+        require(self.reference, param="reference")
 
 
 def bind_sdpa(args: tuple, kwargs: dict | None) -> dict:
@@ -81,8 +81,10 @@ class ShadowRecorder:
 
     def __init__(self, cfg: ShadowConfig) -> None:
         self.cfg = cfg
-        self.candidate: Callable = resolve_attention(cfg.candidate)
-        self.reference: Callable = resolve_attention(cfg.reference)
+        candidate, reference = require(cfg.candidate, param="candidate"), require(cfg.reference, param="reference")
+        self.candidate: Callable = candidate.fn
+        self.reference: Callable = reference.fn
+        self.labels = {"candidate": candidate.name, "reference": reference.name}
         self.records: list[dict] = []
         self.step = 0
         self._names: dict[int, str] = {}
@@ -137,7 +139,7 @@ class ShadowRecorder:
             "kind": kind,
             "q_shape": list(query.shape), "k_shape": list(key.shape), "dtype": str(query.dtype).replace("torch.", ""),
             "is_causal": bool(is_causal), "has_mask": attn_mask is not None,
-            "candidate": describe(self.cfg.candidate), "reference": describe(self.cfg.reference),
+            **self.labels,
             "propagate": self.cfg.propagate,
             "metrics": deviation(cand.detach(), ref.detach()),
         })

@@ -16,7 +16,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from attnum.training.impls import resolve_attention
+from attnum.kernels.registry import require
 
 
 class _Redirect(TorchFunctionMode):
@@ -38,13 +38,14 @@ class _Redirect(TorchFunctionMode):
 
 
 class AttnumProcessor:
-    """A diffusers attention processor whose SDPA call is ``attention`` (callable or spec)."""
+    """A diffusers attention processor whose SDPA call is ``attention`` (a callable or any name
+    :mod:`attnum.kernels.registry` resolves)."""
 
     def __init__(self, attention: Any, *, name: str | None = None) -> None:
         from diffusers.models.attention_processor import AttnProcessor2_0
 
         self.inner = AttnProcessor2_0()
-        self.sdpa = resolve_attention(attention)
+        self.sdpa = require(attention).fn
         self.name = name
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from attnum.errors import AttnumInputError
-from attnum.training.impls import resolve_attention
+from attnum.kernels.registry import require
 
 
 def attention_function(attention: Any) -> Callable:
-    """The transformers-signature wrapper around an SDPA-signature attention (or a spec string)."""
-    sdpa = resolve_attention(attention)
+    """The transformers-signature wrapper around an SDPA-signature attention (or any name
+    :mod:`attnum.kernels.registry` resolves)."""
+    sdpa = require(attention).fn
 
     def attnum_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                          **kwargs):

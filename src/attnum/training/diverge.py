@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from attnum.errors import bad_value
+from attnum.kernels.registry import require
 from attnum.training.checkpoints import checkpoint_name, load_state
 from attnum.training.divergence import weight_divergence
-from attnum.training.impls import check_spec
 from attnum.training.loop import PRECISIONS, RunConfig, train
 from attnum.training.models import ModelConfig
 from attnum.training.workloads import WORKLOADS, WorkloadConfig
@@ -61,8 +61,10 @@ class DivergeConfig:
             raise bad_value("low_precision", self.low_precision, "bf16 | fp16")
         if self.alt_seed == self.init_seed:
             raise ValueError(f"alt_seed={self.alt_seed} must differ from init_seed={self.init_seed}")
-        check_spec(self.attention)
-        check_spec(self.baseline)
+        # Fail before any training: unknown names, bad policies, kernels this machine cannot run
+        # (the runs train on the CPU).
+        require(self.attention, "cpu", param="attention")
+        require(self.baseline, "cpu", param="baseline")
         for name in ("steps", "ckpt_every", "block_q", "block_k"):
             value = getattr(self, name)
             if value is not None and value <= 0:

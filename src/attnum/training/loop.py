@@ -18,14 +18,14 @@ import torch
 import torch.distributed as dist
 
 from attnum.errors import bad_value
+from attnum.formats import torch_dtype
+from attnum.kernels.registry import require
 from attnum.training.checkpoints import checkpoint_name, save_checkpoint
 from attnum.training.data import shard
-from attnum.training.impls import resolve_attention
 from attnum.training.models import set_attention
 from attnum.training.workloads import Workload, WorkloadConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-_AUTOCAST_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +84,7 @@ def build_model(cfg: RunConfig, workload: Workload) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.init_seed)
         model = workload.build_model()
-    set_attention(model, resolve_attention(cfg.attention, block_q=cfg.block_q, block_k=cfg.block_k))
+    set_attention(model, require(cfg.attention, cfg.device, block_q=cfg.block_q, block_k=cfg.block_k).fn)
     return model.to(cfg.device)
 
 
@@ -109,8 +109,8 @@ def _train(cfg: RunConfig, out_dir: Path) -> RunResult:
     inner = model.module if world > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     autocast = (
-        torch.autocast(device_type=torch.device(cfg.device).type, dtype=_AUTOCAST_DTYPE[cfg.precision])
-        if cfg.precision in _AUTOCAST_DTYPE
+        torch.autocast(device_type=torch.device(cfg.device).type, dtype=torch_dtype(cfg.precision, param="precision"))
+        if cfg.precision != "fp32"
         else nullcontext()
     )
     run_dir = Path(out_dir) / cfg.name
