@@ -139,9 +139,9 @@ def test_trainable_from_float32_inputs_returns_input_dtype_grads():
 @pytest.mark.parametrize("spec", ["flash:fa2:bf16", "baseline:uniform:bf16"])
 def test_autocast_does_not_change_the_emulated_arithmetic(spec):
     """Under bf16 autocast the float32 carrier's matmuls must stay float32 (forward and backward)."""
-    from attnum.training.impls import resolve_attention
+    from attnum.kernels.registry import require
 
-    fn = resolve_attention(spec, block_k=4)
+    fn = require(spec, block_k=4).fn
     g = torch.Generator().manual_seed(2)
     base = [torch.randn(1, 2, 9, 8, generator=g).to(torch.bfloat16) for _ in range(3)]
     grads = []

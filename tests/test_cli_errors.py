@@ -63,7 +63,7 @@ def test_traceback_goes_to_stderr_when_no_file_can_be_written(tmp_path, monkeypa
     (["--seq-len", "0"], "seq_len=0"),
     (["--causal-alignment", "diagonal"], "causal_alignment='diagonal'"),
     (["--kv-heads", "3"], "kv_heads=3"),
-    (["--grad", "--causal", "--kv-len", "12", "--causal-alignment", "bottom_right"], "causal_alignment='bottom_right'"),
+    (["--grad", "--block-k", "0"], "block_k=0"),
 ])
 def test_bad_input_exits_2_one_line_no_traceback_file(args, fragment, temp_dir, capsys):
     assert main([*TINY, *args]) == 2
