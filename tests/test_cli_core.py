@@ -22,8 +22,10 @@ def test_compare_fp64_json_is_exact(capsys):
     result = json.loads(out)
     assert set(result["metrics"]) == {"flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline"}
     for pair in result["metrics"].values():
-        assert {"max_abs", "mean_abs", "std_abs", "rmse"} <= set(pair)
+        assert {"max_abs", "mean_abs", "std_abs", "rmse", "mean_signed", "bias", "rel_mean_abs",
+                "row_rel_max_abs"} <= set(pair)
     assert result["metrics"]["flash_vs_golden"]["max_abs"] <= 1e-12
+    assert abs(result["metrics"]["flash_vs_golden"]["rel_mean_abs"]) <= 1e-12
     assert result["config"]["seq_len"] == 256 and result["tiles"]["Bc"] == 128
 
 

@@ -10,7 +10,7 @@ import torch
 from attnum.errors import AttnumInputError
 from attnum.formats import get_format
 from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import deviation, error_ratio, wasserstein_distance
+from attnum.metrics import RELATIVE, SIGNED, deviation, error_ratio, magnitude_error, signed_error, wasserstein_distance
 from attnum.policy import SITES, parse_policy
 
 
@@ -51,6 +51,41 @@ def test_deviation_hand_values():
     assert d["max_ulp"] == 1.0 / 2.0**-6  # ulp of bf16 at 3.0 is 2**-6
     assert error_ratio({"max_abs": 2.0}, {"max_abs": 1.0}) == 2.0
     assert error_ratio({"max_abs": 0.0}, {"max_abs": 0.0}) == 1.0
+
+
+def test_deviation_signed_and_relative_hand_values():
+    # rows: [1, -2] -> [1.5, -1.5] (|x| up, then down); [4, 0] -> [2, 1] (down; ref 0)
+    x = torch.tensor([[1.5, -1.5], [2.0, 1.0]], dtype=torch.float64)
+    ref = torch.tensor([[1.0, -2.0], [4.0, 0.0]], dtype=torch.float64)
+    d = deviation(x, ref)
+    assert signed_error(x, ref).tolist() == [[0.5, 0.5], [-2.0, 1.0]]
+    assert magnitude_error(x, ref).tolist() == [[0.5, -0.5], [-2.0, 0.0]]
+    assert d["mean_signed"] == (0.5 + 0.5 - 2.0 + 1.0) / 4
+    assert d["mean_magnitude"] == -2.0 / 4
+    assert d["bias"] == (-2.0 / 4) / (4.0 / 4)
+    scale = 7.0 / 4  # mean |ref|
+    assert d["rel_mean_abs"] == pytest.approx(1.0 / scale, rel=1e-15)
+    assert d["rel_max_abs"] == pytest.approx(2.0 / scale, rel=1e-15)
+    assert d["rel_rmse"] == pytest.approx(math.sqrt(5.5 / 4) / scale, rel=1e-15)
+    assert d["rel_mean_signed"] == 0.0
+    # per row: max|e| / mean|ref| = 0.5/1.5 and 2/2; mean|e| / mean|ref| = 0.5/1.5 and 1.5/2
+    assert d["row_rel_max_abs"] == pytest.approx(1.0, rel=1e-15)
+    assert d["row_rel_mean_abs"] == pytest.approx((0.5 / 1.5 + 1.5 / 2) / 2, rel=1e-15)
+    assert set(SIGNED + RELATIVE) <= set(d)
+
+
+def test_deviation_signed_edges():
+    same = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
+    d = deviation(same, same)
+    assert all(d[k] == 0.0 for k in SIGNED + RELATIVE)
+    shrink = deviation(0.5 * same, same)
+    assert shrink["bias"] == -1.0 and shrink["mean_signed"] == 0.25  # signs cancel; magnitudes all shrink
+    assert deviation(2 * same, same)["bias"] == 1.0
+    zero_row = deviation(torch.tensor([[1.0, 0.0], [0.0, 0.0]]), torch.zeros(2, 2))
+    assert zero_row["row_rel_max_abs"] == math.inf and zero_row["rel_mean_abs"] == math.inf
+    assert deviation(torch.tensor([[0.0]]), torch.zeros(1, 1))["row_rel_mean_abs"] == 0.0
+    assert math.isnan(deviation(torch.tensor([[math.nan, 1.0]]), torch.ones(1, 2))["mean_signed"])
+    assert set(deviation(torch.zeros(0), torch.zeros(0))) >= set(SIGNED + RELATIVE)
 
 
 def test_policy_names_and_overrides():

@@ -2,6 +2,9 @@
 
 All metrics are computed in float64 from the carrier values; NaN/inf in either tensor are data:
 they make max-type metrics inf/NaN rather than raising.
+
+Shape alphabet: a tensor's last dimension is a *row* (one query's output vector, d values); the
+per-row metrics reduce over it and then over the rows.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from attnum.errors import AttnumInputError
 from attnum.formats import FloatFormat, get_format
 
 BASIC = ("max_abs", "mean_abs", "std_abs", "rmse", "max_rel", "cosine", "rel_l1")
+# Signed and scale-free metrics (e = x - ref, |ref| averaged over all elements or over one row):
+SIGNED = ("mean_signed", "mean_magnitude", "bias")
+RELATIVE = ("rel_max_abs", "rel_mean_abs", "rel_rmse", "rel_mean_signed", "row_rel_max_abs", "row_rel_mean_abs")
 
 
 def ulp(x: torch.Tensor | float, fmt: str | FloatFormat) -> torch.Tensor | float:
@@ -40,15 +46,38 @@ def ulp(x: torch.Tensor | float, fmt: str | FloatFormat) -> torch.Tensor | float
     return torch.where(torch.isfinite(a), u, a)
 
 
+def signed_error(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """e = x - ref element-wise in float64 (the shape of ``x``)."""
+    _same_shape(x, ref)
+    return x.double() - ref.double()
+
+
+def magnitude_error(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """e * sign(ref) element-wise in float64: positive where x is farther from zero than ref,
+    negative where it is nearer (an element whose ref is 0 gives 0)."""
+    return signed_error(x, ref) * ref.double().sign()
+
+
 def deviation(x: torch.Tensor, ref: torch.Tensor, *, fmt: str | FloatFormat | None = None) -> dict[str, float]:
-    """max_abs, mean_abs, std_abs, rmse, max_rel, cosine, rel_l1; with ``fmt`` also max_ulp and
-    mean_ulp: the difference in ULPs of ``fmt`` at the scale of ``ref`` (ulp of max |ref|)."""
-    if x.shape != ref.shape:
-        raise AttnumInputError(f"x.shape={tuple(x.shape)} is not allowed; expected ref's shape {tuple(ref.shape)}")
+    """Deviation of ``x`` from ``ref`` (any equal shapes; the last dimension is a row).
+
+    Unsigned: max_abs, mean_abs, std_abs, rmse, max_rel, cosine, rel_l1.
+    Signed (e = x - ref): ``mean_signed`` = mean(e); ``mean_magnitude`` = mean(e * sign(ref));
+    ``bias`` = mean_magnitude / mean_abs, in [-1, 1]: +1 when every error makes |x| larger than
+    |ref|, -1 when every error shrinks it, near 0 when errors cancel (0 when there is no error).
+    Relative to the output's scale s = mean |ref| (so a metric does not fall just because |O| does):
+    ``rel_max_abs``, ``rel_mean_abs``, ``rel_rmse``, ``rel_mean_signed`` (= mean_signed / s); per
+    row r: ``row_rel_max_abs`` = max_r max|e_r| / mean|ref_r| and ``row_rel_mean_abs`` = mean_r
+    mean|e_r| / mean|ref_r| (a row whose ref is all zero counts inf if it has an error, else 0).
+    With ``fmt`` also max_ulp and mean_ulp: the difference in ULPs of ``fmt`` at the scale of ``ref``
+    (ulp of max |ref|).
+    """
+    _same_shape(x, ref)
     a, b = x.double().flatten(), ref.double().flatten()
     if a.numel() == 0:
-        return {k: 0.0 for k in BASIC}
-    diff = (a - b).abs()
+        return {k: 0.0 for k in (*BASIC, *SIGNED, *RELATIVE)}
+    e = a - b
+    diff = e.abs()
     denom = b.abs()
     rel = torch.where(denom > 0, diff / denom, torch.where(diff > 0, math.inf, 0.0))
     norms = a.norm() * b.norm()
@@ -61,15 +90,45 @@ def deviation(x: torch.Tensor, ref: torch.Tensor, *, fmt: str | FloatFormat | No
         "cosine": ((a @ b) / norms).item() if norms > 0 else float(torch.equal(a, b)),
         "rel_l1": (diff.sum() / denom.sum()).item() if denom.sum() > 0 else float(diff.sum() > 0) * math.inf,
     }
+    out["mean_signed"] = e.mean().item()
+    out["mean_magnitude"] = (e * b.sign()).mean().item()
+    out["bias"] = _ratio(out["mean_magnitude"], out["mean_abs"])
+    scale = denom.mean().item()
+    for key, num in (("rel_max_abs", "max_abs"), ("rel_mean_abs", "mean_abs"), ("rel_rmse", "rmse"),
+                     ("rel_mean_signed", "mean_signed")):
+        out[key] = _ratio(out[num], scale)
+    width = x.shape[-1] if x.dim() >= 1 and x.shape[-1] > 0 else 1
+    rows_e, rows_ref = diff.reshape(-1, width), denom.reshape(-1, width)
+    row_scale = rows_ref.mean(dim=1)
+    out["row_rel_max_abs"] = _row_ratio(rows_e.max(dim=1).values, row_scale).max().item()
+    out["row_rel_mean_abs"] = _row_ratio(rows_e.mean(dim=1), row_scale).mean().item()
     if fmt is not None:
         # In ULPs of fmt at the output's scale (its largest finite magnitude): element-wise ULPs
         # explode on outputs that cancel to near zero and say nothing about the kernel there.
         finite = b[torch.isfinite(b)].abs()
-        scale = finite.max() if finite.numel() else torch.tensor(0.0, dtype=torch.float64)
-        unit = ulp(scale.reshape(1), get_format(fmt))[0]
+        top = finite.max() if finite.numel() else torch.tensor(0.0, dtype=torch.float64)
+        unit = ulp(top.reshape(1), get_format(fmt))[0]
         out["max_ulp"] = (diff.max() / unit).item()
         out["mean_ulp"] = (diff.mean() / unit).item()
     return out
+
+
+def _same_shape(x: torch.Tensor, ref: torch.Tensor) -> None:
+    if x.shape != ref.shape:
+        raise AttnumInputError(f"x.shape={tuple(x.shape)} is not allowed; expected ref's shape {tuple(ref.shape)}")
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den with 0/0 = 0 and x/0 = +-inf (no error is no relative error; any error on a zero
+    scale is unbounded); NaN stays NaN."""
+    if den == 0 and not math.isnan(num):
+        return 0.0 if num == 0 else math.copysign(math.inf, num)
+    return num / den
+
+
+def _row_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    safe = torch.where(den > 0, den, torch.ones_like(den))
+    return torch.where(den > 0, num / safe, torch.where(num > 0, math.inf, torch.where(num == 0, 0.0, num)))
 
 
 def error_ratio(impl_vs_golden: dict[str, float], baseline_vs_golden: dict[str, float], key: str = "max_abs") -> float:

@@ -9,7 +9,8 @@ import typer
 from attnum.experiments.compare import CompareConfig, run_compare
 
 PAIRS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline")
-COLUMNS = ("max_abs", "mean_abs", "std_abs", "rmse", "max_rel", "max_ulp", "cosine")
+COLUMNS = ("max_abs", "mean_abs", "rmse", "max_ulp", "mean_signed", "bias", "rel_mean_abs", "row_rel_max_abs",
+           "cosine")
 
 
 def register(app: typer.Typer) -> None:
@@ -78,12 +79,18 @@ def print_result(result: dict) -> None:
         table.add_column(col, justify="right")
     for pair in PAIRS:
         m = result["metrics"][pair]
-        table.add_row(pair, *(f"{m[c]:.3e}" if c != "cosine" else f"{m[c]:.9f}" for c in COLUMNS))
+        table.add_row(pair, *(_cell(c, m[c]) for c in COLUMNS))
     console = Console(width=max(Console().width, 150))
     console.print(table)
     r = result["ratio"]
     console.print(f"flash/baseline error vs golden: max_abs {r['max_abs']:.3g}x, mean_abs {r['mean_abs']:.3g}x, "
                   f"rmse {r['rmse']:.3g}x")
+
+
+def _cell(column: str, value: float) -> str:
+    if column == "cosine":
+        return f"{value:.9f}"
+    return f"{value:+.3f}" if column == "bias" else f"{value:.3e}"
 
 
 def print_grad_result(result: dict) -> None:
