@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "sweep", "reproduce", "runs", "export", "report",
     "diverge",
     "audit", "scan",
+    "fp8_table",
 )
 
 
