@@ -105,3 +105,24 @@ def test_fp16_scores_kernel_fails_qk_overflow_only_in_fp16():
     rows, _ = audit(f"{EXAMPLES}/fp16_scores_attention.py:attention", "qk-overflow", "bf16,fp16,fp32")
     assert rows[("qk-overflow", "fp16")].status == "fail" and "NaN" in rows[("qk-overflow", "fp16")].note
     assert rows[("qk-overflow", "bf16")].status == "pass" and rows[("qk-overflow", "fp32")].status == "pass"
+
+
+# Every probe row (name:dtype) each example fails across the whole default audit, measured on HEAD
+# before the per-element terms floor and unchanged by it: the floor admits no bug.
+EXAMPLE_FAILURES = {
+    "sentinel_attention": {"additive-mask-overflow:bf16", "additive-mask-overflow:fp32", "below-sentinel:bf16",
+                           "below-sentinel:fp16", "below-sentinel:fp32", "fully-masked-rows:bf16",
+                           "fully-masked-rows:fp32", "masked-key-leak:bf16", "masked-key-leak:fp16",
+                           "masked-key-leak:fp32"},
+    "nan_softmax_attention": {f"{p}:{d}" for p in ("fully-masked-rows", "grad-fully-masked")
+                              for d in ("bf16", "fp16", "fp32")},
+    "fp16_scores_attention": {"below-sentinel:fp16", "masked-key-leak:fp16", "qk-overflow:fp16"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", sorted(EXAMPLE_FAILURES))
+def test_examples_fail_exactly_the_probes_of_their_bug(example):
+    report = run_audit(AuditConfig(target=f"{EXAMPLES}/{example}.py:attention"))
+    failed = {f"{r.name}:{r.dtype}" for r in report.results if not r.passed}
+    assert failed == EXAMPLE_FAILURES[example]

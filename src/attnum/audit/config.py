@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from attnum.audit.harness import EMPTY_ROW_CONVENTIONS
-from attnum.errors import bad_value
+from attnum.errors import AttnumInputError, bad_value
+from attnum.formats import get_format
 
-DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
+AUDIT_FORMATS = ("bf16", "fp16", "fp32")  # the dtypes torch's kernels take (names from attnum.formats)
 DEVICES = ("cpu", "cuda")
 
 
 def parse_dtypes(text: str | tuple[str, ...]) -> tuple[str, ...]:
-    """"bf16,fp16" -> ("bf16", "fp16"); aliases accepted, order kept, duplicates dropped."""
-    items = [t.strip().lower() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
-    names = [ALIASES.get(t, t) for t in items]
-    bad = [t for t in names if t not in DTYPES]
-    if bad or not names:
-        raise bad_value("dtype", text, f"a comma-separated subset of {list(DTYPES)}")
+    """"bf16,fp16" -> ("bf16", "fp16"); any alias attnum.formats knows ("bfloat16", "half", ...),
+    order kept, duplicates dropped."""
+    items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    allowed = f"a comma-separated subset of {list(AUDIT_FORMATS)}"
+    try:
+        names = [get_format(t, param="dtype").name for t in items]
+    except AttnumInputError:
+        raise bad_value("dtype", text, allowed) from None
+    if not names or any(n not in AUDIT_FORMATS for n in names):
+        raise bad_value("dtype", text, allowed)
     return tuple(dict.fromkeys(names))
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from attnum.audit import reference
+from attnum.attention import masks
+from attnum.audit import reference, terms
 from attnum.audit.verdict import SEVERITY, Verdict, judge
 from attnum.formats import FloatFormat
 
@@ -127,8 +128,9 @@ class ProbeContext:
         """Golden output, with empty rows set to NaN when that is the declared convention."""
         g = reference.golden(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
         if self.empty_rows == "nan":
-            empty = reference.empty_rows(attn_mask, is_causal, q.shape[-2], k.shape[-2], tuple(g.shape))
-            g = g.masked_fill(empty.unsqueeze(-1), math.nan)
+            B, H, N = g.shape[:3]
+            empty = masks.masking(attn_mask, is_causal, (B, H, N, k.shape[-2])).empty_rows()
+            g = g.masked_fill(empty.expand(B, H, N).unsqueeze(-1), math.nan)
         return g
 
     def check(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
@@ -147,19 +149,25 @@ class ProbeContext:
         b = reference.baseline(rq, rk, rv, **kw).double()
         if self.empty_rows == "nan":
             b = torch.where(torch.isnan(g), g, b)
-        return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps))
+        t_o, n = terms.output_terms(rq, rk, rv, **kw)
+        return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps,
+                                        terms=t_o, n_terms=n))
 
     def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
                    row_weight: torch.Tensor | None = None) -> Case:
         """Verdict for dq, dk, dv of loss = sum(out * w), w ~ N(0,1) seeded, times ``row_weight``
-        (B, H, N) so a loss can ignore rows. Golden: float64 autograd; baseline: the less accurate of
-        autograd through the same-precision reference and FA2's recompute-from-LSE backward
+        (B, H, N) so a loss can ignore rows. Golden: float64 autograd through golden attention, with
+        each element's term sizes (attnum.audit.terms); baseline: the less accurate of autograd
+        through the same-precision baseline and FA2's recompute-from-LSE backward
         (see attnum.audit.reference); multiplier ``k_grad``."""
         kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
         shape = (*q.shape[:-1], v.shape[-1])
         w = self.randn(*shape, salt=7)
         if row_weight is not None:
             w = w * row_weight.unsqueeze(-1).double()
+        # dO is an input of the backward: rounded once to the dtype, the same values for every
+        # implementation (the target receives it in its output's dtype anyway).
+        w = w.to(self.dtype).double()
 
         def grads(fn, xs, dev):
             xs = [x.detach().to(dev).requires_grad_(True) for x in xs]
@@ -175,14 +183,16 @@ class ProbeContext:
             t = grads(self.target, (q, k, v), self.device)
         except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
             return Case(label=label, verdict=raised(exc))
-        g = grads(reference.golden_grad_reference, (q.double(), k.double(), v.double()), "cpu")
-        b_eager = grads(reference.baseline_grad_reference, (q, k, v), "cpu")
+        gold = terms.grad_terms(q, k, v, w, **kw)
+        g = gold.grads
+        b_eager = grads(reference.baseline, (q, k, v), "cpu")
         b_fa2 = reference.fa2_grads(q, k, v, w, **kw)
         worst = None
         for i, name in enumerate(("dq", "dk", "dv")):
             # The baseline is the less accurate of the two standard same-precision algorithms.
             bb = max((b_eager[i], b_fa2[i]), key=lambda x: _err(x, g[i]))
-            vd = judge(t[i], g[i], bb, fmt=self.fmt, k=self.k_grad, floor_ulps=self.floor_ulps)
+            vd = judge(t[i], g[i], bb, fmt=self.fmt, k=self.k_grad, floor_ulps=self.floor_ulps,
+                       terms=gold.terms[i], n_terms=gold.n[i])
             vd = replace(vd, note=f"{name}" + (f": {vd.note}" if vd.note else ""))
             if worst is None or (SEVERITY[vd.status], vd.ratio) > (SEVERITY[worst.status], worst.ratio):
                 worst = vd

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnum.audit.config import DTYPES, AuditConfig
+from attnum.audit.config import AuditConfig
 from attnum.audit.harness import Case, ProbeContext, raised
 from attnum.audit.probes import select
 from attnum.audit.verdict import SEVERITY
-from attnum.formats import get_format
+from attnum.formats import get_format, torch_dtype
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +90,7 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     results: list[ProbeResult] = []
     if available:
         for dtype in config.dtypes:
-            ctx = ProbeContext(target=target, dtype=DTYPES[dtype], fmt=get_format(dtype), device=config.device,
+            ctx = ProbeContext(target=target, dtype=torch_dtype(dtype), fmt=get_format(dtype), device=config.device,
                                k=config.k, k_grad=config.k_grad, floor_ulps=config.floor_ulps,
                                strict=config.strict, empty_rows=config.empty_rows, seed=config.seed)
             for probe in select(config.probes):
