@@ -69,3 +69,62 @@ def test_unavailable_builtin_exits_3_not_1(target, capsys):
 def test_list_probes(capsys):
     assert main(["audit", "torch-sdpa", "--list"]) == 0
     assert "below-sentinel" in capsys.readouterr().out
+
+
+REFUSER = '''
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    raise NotImplementedError("this kernel takes no input at all")
+'''
+
+
+def test_target_refusing_every_case_exits_3_nothing_tested(tmp_path, capsys):
+    path = tmp_path / "refuser.py"
+    path.write_text(REFUSER)
+    assert main(["audit", f"{path}:attention", "--dtype", "fp32", QUICK]) == 3
+    out = capsys.readouterr().out.strip()
+    assert "nothing was tested" in out and len(out.splitlines()) == 1 and "PASSED" not in out
+    assert main(["audit", f"{path}:attention", "--dtype", "bf16,fp32", QUICK, "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["available"] is False and doc["passed"] is None and "nothing was tested" in doc["reason"]
+    assert doc["probes"] and all(p["verdict"] == "unsupported" for p in doc["probes"])
+
+
+def test_partly_refused_audit_is_still_an_audit(capsys):
+    # torch-flex has no CPU backward: the gradient probe is unsupported, the forward one runs.
+    rc = main(["audit", "torch-flex", "--dtype", "fp32", "--probes=scale-argument,grad-accuracy", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["available"] is True and doc["passed"] is True
+    assert [p["verdict"] for p in doc["probes"]] == ["pass", "unsupported"]
+
+
+def test_json_reports_margins_and_the_cpu_capability(capsys):
+    assert main(["audit", "torch-sdpa-math", "--dtype", "fp32", QUICK, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    env = doc["environment"]
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and env["torch_threads"] >= 1
+    for p in doc["probes"]:
+        assert p["margin"] == pytest.approx(p["target_error"] / p["bound"]) and 0 <= p["margin"] <= 1
+        assert p["near_bound"] is (p["margin"] > 0.8)
+        for c in p["cases"]:
+            assert c["bound"] >= c["terms_floor"] >= 0 and c["near_bound"] in (True, False)
+
+
+def test_table_shows_margin_column_and_environment(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["audit", "torch-sdpa-math", "--dtype", "fp32", "--probes=scale-argument"]) == 0
+    out = capsys.readouterr().out
+    assert "margin" in out and "%" in out
+    assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in out
+
+
+def test_pass_above_80_percent_is_flagged_near_bound():
+    from attnum.audit.report import verdict_text
+    from attnum.audit.runner import ProbeResult
+
+    def row(ratio, status="pass"):
+        return ProbeResult(name="p", dtype="fp32", status=status, target_error=ratio, baseline_error=0.4, bound=1.0,
+                           note="", seconds=0.0, ratio=ratio)
+
+    assert verdict_text(row(0.87)) == "pass (87%) near bound" and row(0.87).near_bound
+    assert verdict_text(row(0.5)) == "pass" and not row(0.5).near_bound
+    assert verdict_text(row(1.3, "fail")) == "fail"

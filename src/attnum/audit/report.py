@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 import math
 
-from attnum.audit.runner import AuditReport, ProbeResult
+from attnum.audit.runner import NOTHING_TESTED, AuditReport, ProbeResult
+from attnum.audit.verdict import NEAR_BOUND, Verdict
 
 STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "unsupported": "dim", "note": "yellow"}
 
@@ -19,9 +20,30 @@ def _json_num(x: float):
     return x if math.isfinite(x) else str(x)
 
 
+def margin(ratio: float) -> str:
+    """error / bound as a percentage ("87%"); "-" where there is none (error, unsupported)."""
+    if math.isnan(ratio):
+        return "-"
+    return "inf" if math.isinf(ratio) else f"{ratio:.0%}"
+
+
+def verdict_text(r: ProbeResult) -> str:
+    """``pass``, or ``pass (87%) near bound`` when a pass used more than NEAR_BOUND of its bound."""
+    return f"{r.status} ({margin(r.ratio)}) near bound" if r.near_bound else r.status
+
+
+def environment_line(report: AuditReport) -> str:
+    env = report.environment
+    if not env:
+        return ""
+    return (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
+            f"{env.get('torch_threads')} thread(s), device {env.get('device')}")
+
+
 def to_json(report: AuditReport) -> dict:
-    """``{"target", "passed", "probes": [{"name", "dtype", "passed", "target_error", "baseline_error",
-    "bound", "note", "verdict", "seconds", "cases"}], ...}``."""
+    """``{"target", "passed", "available", "probes": [{"name", "dtype", "passed", "target_error",
+    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases"}],
+    "rule", "device", "environment"}`` (+ "reason" when nothing was audited)."""
     cfg = report.config
     doc = {
         "target": report.target,
@@ -29,22 +51,30 @@ def to_json(report: AuditReport) -> dict:
         "available": report.available,
         "probes": [_probe_json(r) for r in report.results],
         "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps, "empty_rows": cfg.empty_rows,
-                 "strict": cfg.strict},
+                 "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND},
         "device": cfg.device,
+        "environment": report.environment,
     }
     if not report.available:
         doc["reason"] = report.reason
     return doc
 
 
+def _case_json(label: str, v: Verdict) -> dict:
+    return {"label": label, "verdict": v.status, "target_error": _json_num(v.target_error),
+            "baseline_error": _json_num(v.baseline_error), "bound": _json_num(v.bound),
+            "terms_floor": _json_num(v.terms_floor),
+            "margin": None if v.status in ("error", "unsupported") else _json_num(v.ratio),
+            "near_bound": v.near_bound, "note": v.note}
+
+
 def _probe_json(r: ProbeResult) -> dict:
     return {
         "name": r.name, "dtype": r.dtype, "passed": r.passed,
         "target_error": _json_num(r.target_error), "baseline_error": _json_num(r.baseline_error),
-        "bound": _json_num(r.bound), "note": r.note, "verdict": r.status, "seconds": round(r.seconds, 3),
-        "cases": [{"label": c.label, "verdict": c.verdict.status, "target_error": _json_num(c.verdict.target_error),
-                   "baseline_error": _json_num(c.verdict.baseline_error), "bound": _json_num(c.verdict.bound),
-                   "note": c.verdict.note} for c in r.cases],
+        "bound": _json_num(r.bound), "margin": None if math.isnan(r.ratio) else _json_num(r.ratio),
+        "near_bound": r.near_bound, "note": r.note, "verdict": r.status, "seconds": round(r.seconds, 3),
+        "cases": [_case_json(c.label, c.verdict) for c in r.cases],
     }
 
 
@@ -53,15 +83,17 @@ def print_table(report: AuditReport, console) -> None:
     from rich.table import Table
 
     if not report.available:
-        console.print(f"[yellow]{report.target}: unavailable[/yellow] - {report.reason}")
+        what = "" if report.reason.startswith(NOTHING_TESTED) else "unavailable - "
+        console.print(f"[yellow]{report.target}: {what}{report.reason}[/yellow]", soft_wrap=True)
         return
-    table = Table(title=f"attnum audit {report.target}", title_justify="left")
+    table = Table(title=f"attnum audit {report.target}", title_justify="left", caption=environment_line(report))
     for col, just in (("probe", "left"), ("dtype", "left"), ("verdict", "left"), ("target err", "right"),
-                      ("baseline err", "right"), ("bound", "right"), ("note", "left")):
+                      ("baseline err", "right"), ("bound", "right"), ("margin", "right"), ("note", "left")):
         table.add_column(col, justify=just, overflow="fold")
     for r in report.results:
-        table.add_row(r.name, r.dtype, f"[{STYLE[r.status]}]{r.status}[/]", _num(r.target_error),
-                      _num(r.baseline_error), _num(r.bound), r.note)
+        style = "yellow" if r.near_bound else STYLE[r.status]
+        table.add_row(r.name, r.dtype, f"[{style}]{verdict_text(r)}[/]", _num(r.target_error),
+                      _num(r.baseline_error), _num(r.bound), margin(r.ratio), r.note)
     console.print(table)
     console.print(summary(report))
 
@@ -71,9 +103,12 @@ def summary(report: AuditReport) -> str:
     for r in report.results:
         counts[r.status] = counts.get(r.status, 0) + 1
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    near = sum(r.near_bound for r in report.results)
+    if near:
+        parts += f"; {near} near bound (> {NEAR_BOUND:.0%})"
     word = "PASSED" if report.passed else "FAILED"
     return f"{report.target}: {word} ({parts}); rule: err <= {report.config.k:g} x baseline + " \
-           f"{report.config.floor_ulps:g} ulp (gradients {report.config.k_grad:g} x)"
+           f"{report.config.floor_ulps:g} ulp + (u + sqrt(n) u_acc) x |terms| (gradients {report.config.k_grad:g} x)"
 
 
 def to_html(report: AuditReport) -> str:
@@ -84,15 +119,20 @@ def to_html(report: AuditReport) -> str:
         cases = "".join(
             f"<tr class='case'><td></td><td colspan=2>{esc(c.label)}</td><td>{esc(c.verdict.status)}</td>"
             f"<td>{_num(c.verdict.target_error)}</td><td>{_num(c.verdict.baseline_error)}</td>"
-            f"<td>{_num(c.verdict.bound)}</td><td>{esc(c.verdict.note)}</td></tr>" for c in r.cases)
-        rows.append(f"<tr class='{r.status}'><td>{esc(r.name)}</td><td>{r.dtype}</td><td></td><td>{r.status}</td>"
-                    f"<td>{_num(r.target_error)}</td><td>{_num(r.baseline_error)}</td><td>{_num(r.bound)}</td>"
-                    f"<td>{esc(r.note)}</td></tr>{cases}")
+            f"<td>{_num(c.verdict.bound)}</td>"
+            f"<td>{margin(c.verdict.ratio if c.verdict.status not in ('error', 'unsupported') else math.nan)}</td>"
+            f"<td>{esc(c.verdict.note)}</td></tr>" for c in r.cases)
+        cls = "near" if r.near_bound else r.status
+        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{r.dtype}</td><td></td>"
+                    f"<td>{esc(verdict_text(r))}</td><td>{_num(r.target_error)}</td><td>{_num(r.baseline_error)}</td>"
+                    f"<td>{_num(r.bound)}</td><td>{margin(r.ratio)}</td><td>{esc(r.note)}</td></tr>{cases}")
     body = ("<p>" + esc(report.reason) + "</p>") if not report.available else (
         "<table><tr><th>probe</th><th>dtype</th><th>case</th><th>verdict</th><th>target err</th>"
-        "<th>baseline err</th><th>bound</th><th>note</th></tr>" + "".join(rows) + "</table>")
+        "<th>baseline err</th><th>bound</th><th>margin</th><th>note</th></tr>" + "".join(rows) + "</table>")
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>attnum audit</title><style>"
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
-        "tr.fail td,tr.error td{background:#fdd}tr.note td{background:#ffd}tr.pass td{background:#dfd}</style>"
-        f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>{body}</body></html>")
+        "tr.fail td,tr.error td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
+        "</style>"
+        f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
+        f"<p>{esc(environment_line(report))}</p>{body}</body></html>")

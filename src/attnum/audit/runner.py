@@ -1,13 +1,15 @@
 """Run the probe catalogue against one target, per dtype, and collect one row per probe.
 
 A probe's row is its worst case (fail > error > note > pass > unsupported; ties broken by how much
-of the bound the error used), so the table shows the three numbers of the case that matters and
-the case's label in the note. Every case is kept for --json.
+of the bound the error used), so the table shows the three numbers of the case that matters, its
+margin (error / bound) and the case's label in the note. Every case is kept for --json. An audit in
+which the target refused every case tested nothing: it is reported unavailable, never passed.
 """
 
 from __future__ import annotations
 
 import math
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ import torch
 from attnum.audit.config import AuditConfig
 from attnum.audit.harness import Case, ProbeContext, raised
 from attnum.audit.probes import select
-from attnum.audit.verdict import SEVERITY
+from attnum.audit.verdict import NEAR_BOUND, SEVERITY
 from attnum.formats import get_format, torch_dtype
 
 
@@ -33,11 +35,17 @@ class ProbeResult:
     bound: float
     note: str
     seconds: float
+    ratio: float = math.nan
     cases: tuple[Case, ...] = field(default=())
 
     @property
     def passed(self) -> bool:
         return self.status not in ("fail", "error")
+
+    @property
+    def near_bound(self) -> bool:
+        """A pass whose worst case used more than NEAR_BOUND of its bound."""
+        return self.status == "pass" and self.ratio > NEAR_BOUND
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,10 +57,36 @@ class AuditReport:
     available: bool
     reason: str
     results: tuple[ProbeResult, ...]
+    environment: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return self.available and all(r.passed for r in self.results)
+
+
+NOTHING_TESTED = "nothing was tested"
+
+
+def environment(device: str) -> dict:
+    """What the verdicts may depend on: versions, threads, and the vectorised kernels torch's CPU
+    ops dispatch to (``torch.backends.cpu.get_cpu_capability()``: DEFAULT, AVX2, AVX512, ...)."""
+    import attnum
+
+    env = {"attnum": getattr(attnum, "__version__", "unknown"), "torch": torch.__version__,
+           "python": platform.python_version(), "platform": platform.platform(), "device": device,
+           "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return env
+
+
+def _nothing_tested(results: list[ProbeResult]) -> str:
+    """The reason an audit whose every case was refused tested nothing ("" if something ran)."""
+    if not results or any(r.status != "unsupported" for r in results):
+        return ""
+    n = sum(max(1, len(r.cases)) for r in results)
+    first = next((c.verdict.note for r in results for c in r.cases if c.verdict.note), results[0].note)
+    return f"{NOTHING_TESTED}: the target refused all {n} case(s) of {len(results)} probe row(s) (first: {first})"
 
 
 def _worst(cases: list[Case]) -> Case:
@@ -75,7 +109,7 @@ def _row(name: str, dtype: str, cases: list[Case], seconds: float) -> ProbeResul
         note += f"; {n_refused} case(s) unsupported"
     return ProbeResult(name=name, dtype=dtype, status=v.status, target_error=v.target_error,
                        baseline_error=v.baseline_error, bound=v.bound, note=note, seconds=seconds,
-                       cases=tuple(cases))
+                       ratio=v.ratio if v.status not in ("error", "unsupported") else math.nan, cases=tuple(cases))
 
 
 def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = None,
@@ -103,5 +137,9 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
                 results.append(row)
                 if progress is not None:
                     progress(row)
+    # A target that refused every case was not audited: not "passed" (the CLI exits 3).
+    refused = _nothing_tested(results)
+    if refused:
+        available, reason = False, refused
     return AuditReport(target=config.target, config=config, available=available, reason=reason,
-                       results=tuple(results))
+                       results=tuple(results), environment=environment(config.device))
