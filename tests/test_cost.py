@@ -56,6 +56,8 @@ def test_fp8_ds_mla_is_656_bytes_per_token():
     assert c.bytes["kv"] + c.bytes["kv_scales"] == 7 * 656
     bf = attention_cost(CostConfig(heads=128, kv_len=7, mla_rank=512, kv_format="bf16"))
     assert bf.bytes["kv"] == 7 * 576 * 2 and bf.bytes["kv_scales"] == 0
+    e5 = attention_cost(CostConfig(heads=128, kv_len=7, mla_rank=512, kv_format="e5m2", kv_granularity="token"))
+    assert e5.bytes["kv"] == 7 * (512 + 2 * 64) and e5.bytes["kv_scales"] == 4 * 7
 
 
 def test_roofline_and_compare_rows():

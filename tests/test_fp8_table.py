@@ -37,6 +37,12 @@ def test_cli_json_and_table(capsys):
     assert "Baseline FP8" in capsys.readouterr().out
 
 
+def test_cli_mla_table(capsys):
+    assert main(["fp8-table", "--mla", "--mla-kv-len", "16", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {r["path"] for r in rows} == {"explicit", "absorbed"} and rows[2]["cache_bytes_per_token"] == 656
+
+
 @pytest.mark.parametrize("args,fragment", [(["--head-dim", "48"], "head_dim=48"), (["--format", "int8"], "fmt="),
                                            (["--seq-len", "0"], "seq_len=0"), (["--block", "0"], "block=0")])
 def test_cli_bad_input_exits_2(args, fragment, capsys):

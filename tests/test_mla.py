@@ -106,3 +106,18 @@ def test_bad_shapes_and_caches():
         mla_attention(qn, qr, c, kr, wk, wv, cache="fp8_ds_mla")
     with pytest.raises(AttnumInputError, match="cache="):
         mla_attention(qn, qr, c, kr, wk, wv, cache="e4m3fn")
+
+
+def test_mla_table_rows():
+    from attnum.experiments.mla_table import CACHES, MLATableConfig, mla_inputs, run_mla_table
+    from attnum.metrics import deviation
+
+    cfg = MLATableConfig(heads=2, kv_len=40, rank=128, nope_dim=64, rope_dim=16, v_dim=32)
+    rows = run_mla_table(cfg)
+    assert len(rows) == 2 * len(CACHES) and [r["path"] for r in rows[:2]] == ["explicit", "absorbed"]
+    args = mla_inputs(cfg)
+    gold = mla_golden(*args, is_causal=True)
+    ds = [r for r in rows if r["cache"].startswith("fp8_ds_mla")]
+    assert ds[1]["rmse"] == deviation(mla_attention(*args, absorbed=True, cache="fp8_ds_mla", is_causal=True), gold)["rmse"]
+    assert ds[0]["cache_bytes_per_token"] == 128 + 2 * 16 + 4 and rows[0]["cache_bytes_per_token"] == (128 + 16) * 2
+    assert rows[0]["vs_explicit_rmse"] is None and rows[1]["vs_explicit_rmse"] > 0

@@ -186,13 +186,15 @@ def _scale_count(cfg: CostConfig, G: int) -> int:
 
 
 def _mla_cache_bytes(cfg: CostConfig, B: int, S: int, r: int, dr: int) -> tuple[int, int]:
-    """(latent + RoPE bytes, scale bytes): fp8_ds_mla = r e4m3 + r/128 fp32 scales + dr bf16 per token
-    (656 bytes for r = 512, dr = 64); other FP8/int8 formats quantize latent and RoPE alike."""
+    """(latent + RoPE bytes, scale bytes). An 8-bit latent keeps its RoPE part in bf16 (FlashMLA's
+    fp8_ds_mla, attnum's mla_attention): fp8_ds_mla = r e4m3 + r/128 fp32 scales + dr bf16 per token
+    (656 bytes for r = 512, dr = 64); e4m3fn/e5m2/int8 take scales at ``kv_granularity``."""
+    e = ELEMENT_BYTES[cfg.kv_format]
+    if e > 1:
+        return B * S * (r + dr) * e, 0
     if cfg.kv_format == "fp8_ds_mla":
         return B * S * (r + 2 * dr), B * S * 4 * math.ceil(r / 128)
-    e = ELEMENT_BYTES[cfg.kv_format]
-    scales = 4 * _scale_count(cfg, 1) if cfg.kv_format in ("e4m3fn", "e5m2", "int8") else 0
-    return B * S * (r + dr) * e, scales
+    return B * S * (r + 2 * dr), 4 * _scale_count(cfg, 1)
 
 
 @functools.lru_cache(maxsize=1)

@@ -7,6 +7,7 @@ import json
 import typer
 
 from attnum.experiments.fp8_table import PAPER_RATIO, FP8TableConfig, run_fp8_table, table_meta
+from attnum.experiments.mla_table import MLATableConfig, run_mla_table
 
 
 def _e(x) -> str:
@@ -28,9 +29,15 @@ def register(app: typer.Typer) -> None:
         block: int = typer.Option(128, help="Block quantization size = tile size Br = Bc."),
         seed: int = typer.Option(0, help="Input and rotation seed."),
         fp16: bool = typer.Option(True, help="Include the FP16 rows."),
+        mla: bool = typer.Option(False, help="Instead: MLA explicit vs absorbed per latent-cache format "
+                                             "(DeepSeek-V3 shapes, 16 heads, decode over --mla-kv-len tokens)."),
+        mla_kv_len: int = typer.Option(1024, help="Cached tokens for --mla."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """RMSE vs float64 golden of baseline/FA2/FA3 in FP16 and FP8, beside the paper's numbers."""
+        if mla:
+            _mla_table(MLATableConfig(kv_len=mla_kv_len, seed=seed), as_json)
+            return
         cfg = FP8TableConfig(seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, fmt=fmt, block=block,
                              seed=seed, fp16=fp16)
         rows = run_fp8_table(cfg)
@@ -52,3 +59,21 @@ def register(app: typer.Typer) -> None:
         by = {r["key"]: r for r in rows}
         console.print(f"baseline FP8 / FA3 FP8: attnum {by['baseline-fp8']['ratio_to_fa3_fp8']:.2f}x, paper "
                       f"{PAPER_RATIO}x (abstract). Paper digits as recalled in research notes (unverified).")
+
+
+def _mla_table(cfg: MLATableConfig, as_json: bool) -> None:
+    rows = run_mla_table(cfg)
+    if as_json:
+        print(json.dumps({"config": cfg.__dict__, "rows": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"MLA r={cfg.rank} dn={cfg.nope_dim} dr={cfg.rope_dim} H={cfg.heads} S={cfg.kv_len} "
+                        f"N={cfg.q_len}, {cfg.policy}: deviation from float64 golden")
+    for col in ("latent cache", "path", "RMSE", "max abs", "absorbed vs explicit", "overflow", "bytes/token"):
+        table.add_column(col, justify="left" if col in ("latent cache", "path") else "right")
+    for r in rows:
+        table.add_row(r["cache"], r["path"], _e(r["rmse"]), _e(r["max_abs"]), _e(r["vs_explicit_rmse"]),
+                      str(r["overflow"]), f"{r['cache_bytes_per_token']:.0f}")
+    Console(width=max(Console().width, 130)).print(table)
