@@ -18,6 +18,7 @@ from attnum.attention.quant import (
     fp8_attention,
     fp8_baseline_attention,
     fp8_policy,
+    kv_cache_quantization,
     parse_scale,
     quantize,
     quantize_kv_cache,
@@ -116,6 +117,17 @@ def test_kv_cache_quantization_and_fixed_scale_overflow():
     c2 = quantize_kv_cache(k, v, Quantization(fmt="fp8_e5m2", scale=1.0), Quantization(fmt="e4m3fn"))
     assert c2.k.config.fmt == "e5m2" and c2.v.config.fmt == "e4m3fn" and c2.overflow == 0
     assert c2.nbytes == 2 * (2 * 50 * 16) + 4 * 2
+
+
+def test_kv_cache_dtype_flags():
+    assert kv_cache_quantization("auto") is None and kv_cache_quantization("bf16", 1.0) is None
+    q = kv_cache_quantization("fp8", "1.0", granularity="head")
+    assert (q.fmt, q.scale, q.granularity) == ("e4m3fn", 1.0, "head")
+    assert kv_cache_quantization("fp8_e5m2").fmt == "e5m2" and kv_cache_quantization("int8").calibrated
+    with pytest.raises(AttnumInputError, match="kv_cache_dtype="):
+        kv_cache_quantization("fp4")
+    with pytest.raises(AttnumInputError, match="scale="):
+        kv_cache_quantization("fp8", 0)
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -212,6 +212,23 @@ def quantize_kv_cache(k: torch.Tensor, v: torch.Tensor, cfg: Quantization,
     return QuantizedKVCache(quantize(k, cfg), quantize(v, v_cfg or cfg))
 
 
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
+
+
+def kv_cache_quantization(kv_cache_dtype: str, kv_scale: float | str = "calibrated", *,
+                          granularity: str = "tensor", block: int = 128, saturate: bool = False) -> Quantization | None:
+    """A decode config's ``--kv-cache-dtype``/``--kv-scale`` as a :class:`Quantization`, vLLM's names:
+    ``auto``/``bf16``/``fp16`` store the cache unquantized (None); ``fp8`` (= ``fp8_e4m3``, e4m3fn),
+    ``fp8_e5m2`` and ``int8`` quantize it with ``kv_scale`` (a number, vLLM's default 1.0, or
+    ``calibrated``: amax / format max)."""
+    key = str(kv_cache_dtype).strip().lower()
+    if key not in KV_CACHE_DTYPES:
+        raise bad_value("kv_cache_dtype", kv_cache_dtype, f"one of {KV_CACHE_DTYPES}")
+    if key in ("auto", "bf16", "fp16"):
+        return None
+    return Quantization(fmt=key, granularity=granularity, scale=parse_scale(kv_scale), block=block, saturate=saturate)
+
+
 def random_hadamard(d: int, seed: int = 0, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """R = diag(random signs) H_d / sqrt(d) (d x d, orthogonal): FA3's and QuaRot's incoherent
     processing. H_d is Sylvester's Walsh-Hadamard matrix, so d must be a power of two."""
