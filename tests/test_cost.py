@@ -90,3 +90,20 @@ def test_measured_cpu_is_cached_and_positive():
 def test_bad_cost_config(kwargs, match):
     with pytest.raises(AttnumInputError, match=match):
         CostConfig(**kwargs)
+
+
+def test_kv_cost_table_pairs_each_cache_error_with_its_cost():
+    from attnum.attention import flash_attention, golden_attention
+    from attnum.attention.quant import quantize_kv_cache
+    from attnum.experiments.kv_cost import FORMATS, KVCostConfig, run_kv_cost_table
+    from attnum.inputs import InputSpec, make_qkv
+    from attnum.metrics import deviation
+
+    cfg = KVCostConfig(heads=2, kv_heads=1, kv_len=64, head_dim=16)
+    rows = run_kv_cost_table(cfg, devices=("H100",))
+    assert [r["name"] for r in rows] == [f[0] for f in FORMATS] and rows[0]["error_ratio"] == 1.0
+    q, k, v = make_qkv(InputSpec(heads=2, kv_heads=1, seq_len=1, kv_len=64, head_dim=16))
+    kd, vd = quantize_kv_cache(k, v, FORMATS[2][1]).dequantize("bf16")
+    want = deviation(flash_attention(q, kd, vd, policy="fa2:bf16", block_k=128), golden_attention(q, k, v))["rmse"]
+    assert rows[2]["error"] == want and rows[2]["config"]["kv_granularity"] == "head"
+    assert rows[2]["devices"]["H100 SXM"]["speedup"] > 1
