@@ -26,7 +26,19 @@ import torch
 import torch.nn.functional as F
 
 from attnum.errors import AttnumInputError
-from attnum.kernels import flash_attn, flashinfer, flex, reference, user, xformers
+from attnum.kernels import (
+    flash_attn,
+    flash_attn_kvcache,
+    flashinfer,
+    flashinfer_decode,
+    flashinfer_merge,
+    flex,
+    reference,
+    serving,
+    user,
+    vllm_merge,
+    xformers,
+)
 
 SdpaFn = Callable[..., torch.Tensor]
 _EVERY_DTYPE = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -95,12 +107,13 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _sdpa("torch-sdpa-efficient", "EFFICIENT_ATTENTION", ("cuda",), "SDPBackend.EFFICIENT_ATTENTION (memory-efficient)"),
     _sdpa("torch-sdpa-cudnn", "CUDNN_ATTENTION", ("cuda",), "SDPBackend.CUDNN_ATTENTION"),
     *(_adapter(mod) for mod in (flex, flash_attn, flashinfer, xformers)),
+    *(_adapter(mod) for mod in (flashinfer_merge, flashinfer_decode, flash_attn_kvcache, vllm_merge)),
 )}
 
 
 def builtin_names() -> list[str]:
     """Every built-in name: attnum's implementations (families as ``NAME:POLICY``), then real kernels."""
-    return [*reference.NAMES, *(f"{f}:POLICY" for f in reference.FAMILIES), *sorted(KERNELS)]
+    return [*reference.NAMES, *(f"{f}:POLICY" for f in reference.FAMILIES), "decode:POLICY", *sorted(KERNELS)]
 
 
 def _unknown(param: str, spec: object) -> AttnumInputError:
@@ -172,6 +185,8 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = reference.builtin(spec)
     elif sep and kind in reference.FAMILIES:
         fn = reference.family(kind, policy, block_q=block_q, block_k=block_k)
+    elif sep and kind == "decode":  # attnum's serving target: flash SDPA + merge_state + decode
+        fn = serving.reference(policy)
     elif user.is_user_spec(spec):
         fn = user.load_user_target(spec)
     else:

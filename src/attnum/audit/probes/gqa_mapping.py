@@ -23,12 +23,14 @@ def run(ctx: ProbeContext) -> list[Case]:
         cases.append(ctx.check(f"H={H} G={g}", q, k, v, enable_gqa=True))
         cases.append(ctx.check(f"H={H} G={g} causal", q, k[..., :N, :], v[..., :N, :], is_causal=True,
                                enable_gqa=True))
+        # Decode shape: one query per head against the whole cache (GQA decode packs heads as rows).
+        cases.append(ctx.check(f"H={H} G={g} decode N=1", q[..., :1, :], k, v, enable_gqa=True))
     return cases
 
 
 PROBE = Probe(
     name="gqa-mapping",
-    summary="enable_gqa with H=8 and G=8, 4, 2, 1 kv heads",
+    summary="enable_gqa with H=8 and G=8, 4, 2, 1 kv heads; N = 12 and N = 1 (decode)",
     refs=("pytorch/pytorch#193893", "flashinfer-ai/flashinfer#4267"),
     run=run,
 )

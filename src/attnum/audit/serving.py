@@ -1,0 +1,161 @@
+"""What the serving probes share: the target's merge / decode entry points, their references, the verdict.
+
+The protocol a target follows is :mod:`attnum.kernels.serving` (``merge_state``, ``decode``,
+``lse_base``, ``empty_lse``). A target without the entry point a probe needs gets one "unsupported"
+case saying so. References:
+
+- merge: golden = :func:`attnum.attention.merge.merge_states` in fp64 on the values the target received,
+  in the target's declared base and empty convention; baseline = the same merge in fp32 with the output
+  rounded to the audited dtype (what a straightforward kernel does);
+- decode: golden = :func:`attnum.attention.decode.decode_reference` (float64, bottom-right causal);
+  baseline = the core's ``baseline_attention`` per sequence under FA's same-precision policy
+  (:func:`attnum.audit.reference.baseline_policy`).
+
+Both go through :func:`attnum.audit.verdict.judge` (FlashAttention's rule), with one addition: where the
+golden value is infinite (the LSE of an empty state) the target must give exactly that infinity, so a
++inf LSE under a -inf convention fails.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from attnum.attention.baseline import baseline_attention
+from attnum.attention.decode import decode_reference
+from attnum.attention.merge import State, merge_states
+from attnum.audit.harness import Case, ProbeContext, raised
+from attnum.audit.reference import baseline_policy
+from attnum.audit.verdict import SEVERITY, Verdict, judge
+from attnum.formats import get_format
+from attnum.kernels.serving import conventions, entry
+
+FP32 = get_format("fp32")
+NAN = math.nan
+
+
+def unsupported(label: str, why: str) -> Case:
+    return Case(label=label, verdict=Verdict(status="unsupported", target_error=NAN, baseline_error=NAN, bound=NAN,
+                                             note=why))
+
+
+def missing(ctx: ProbeContext, name: str) -> Case | None:
+    """The "unsupported" case when the target has no ``name`` entry point, else None."""
+    if entry(ctx.target, name) is None:
+        return unsupported(name, f"target has no {name} entry point (protocol: attnum.kernels.serving)")
+    return None
+
+
+def missing_both(ctx: ProbeContext) -> tuple[Case | None, Case | None, Case | None]:
+    """(no_merge, no_decode, the one case to return when the target has neither)."""
+    no_merge, no_decode = missing(ctx, "merge_state"), missing(ctx, "decode")
+    neither = unsupported("serving", "target has no merge_state or decode entry point (protocol: "
+                          "attnum.kernels.serving)") if no_merge and no_decode else None
+    return no_merge, no_decode, neither
+
+
+def _judge(t, g, b, fmt, ctx: ProbeContext, what: str) -> Verdict:
+    t, g = t.detach().to("cpu", torch.float64), g.double()
+    inf = torch.isinf(g)
+    wrong = inf & (t != g)
+    if bool(wrong.any()):
+        got = t[wrong][0].item()
+        return Verdict(status="fail", target_error=math.inf, baseline_error=0.0, bound=0.0,
+                       note=f"{what}: {got} in {int(wrong.sum())} element(s) where {g[wrong][0].item()} is expected")
+    v = judge(t.masked_fill(inf, 0.0), g.masked_fill(inf, 0.0), b.double().masked_fill(inf, 0.0), fmt=fmt, k=ctx.k,
+              floor_ulps=ctx.floor_ulps)
+    return replace(v, note=f"{what}: {v.note}" if v.note else what)
+
+
+def worst(*vs: Verdict) -> Verdict:
+    return max(vs, key=lambda v: (SEVERITY[v.status], v.ratio))
+
+
+def merge_case(ctx: ProbeContext, label: str, a: State, b: State) -> Case:
+    """Verdict for ``target.merge_state(a, b)``: o (T, H, dv) in ctx.dtype, lse (T, H) float32."""
+    fn = entry(ctx.target, "merge_state")
+    base, empty_lse = conventions(ctx.target)
+    o_a, o_b = a.o.to(ctx.dtype), b.o.to(ctx.dtype)
+    l_a, l_b = a.lse.float(), b.lse.float()
+    dev = ctx.device
+    try:
+        o, lse = fn(o_a.to(dev), l_a.to(dev), o_b.to(dev), l_b.to(dev))
+    except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
+        return Case(label=label, verdict=raised(exc))
+    states = [(o_a, l_a), (o_b, l_b)]
+    gold = merge_states(states, policy="fp64", lse_base=base, empty_lse=empty_lse)
+    base_m = merge_states(states, policy=f"fp32,out={ctx.fmt.name}", lse_base=base, empty_lse=empty_lse)
+    if tuple(o.shape) != tuple(gold.o.shape) or tuple(lse.shape) != tuple(gold.lse.shape):
+        v = Verdict(status="fail", target_error=math.inf, baseline_error=NAN, bound=NAN,
+                    note=f"output shapes {tuple(o.shape)}, {tuple(lse.shape)} != {tuple(gold.o.shape)}, "
+                         f"{tuple(gold.lse.shape)}")
+        return ctx.finish(label, v)
+    v = worst(_judge(o, gold.o, base_m.o, ctx.fmt, ctx, "o"), _judge(lse, gold.lse, base_m.lse, FP32, ctx, "lse"))
+    return ctx.finish(label, v)
+
+
+def baseline_decode(q, k, v, lens, *, is_causal: bool, scale=None) -> torch.Tensor:
+    """Same-precision plain attention per sequence on its first L keys (bottom-right causal)."""
+    policy = baseline_policy(q.dtype)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=torch.float64)
+    for b, L in enumerate(lens):
+        out[b] = baseline_attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], is_causal=is_causal,
+                                    causal_alignment="bottom_right", scale=scale, policy=policy)[0].double()
+    return out
+
+
+def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_table=None, pages=None,
+                num_splits: int = 1, max_seqlen=None, is_causal: bool = True, check_lse: bool = False,
+                out: list | None = None) -> Case:
+    """Verdict for ``target.decode``: q (B, H, N, d) and the contiguous cache k, v (B, G, S, d) in
+    ctx.dtype (the golden's inputs); with ``block_table`` the target gets ``pages`` = (k_pages, v_pages)
+    instead. ``out``: a list the target's output is appended to (for invariance checks)."""
+    fn = entry(ctx.target, "decode")
+    base, empty_lse = conventions(ctx.target)
+    dev = ctx.device
+    lens = [int(x) for x in torch.as_tensor(cache_seqlens).tolist()]
+    kc, vc = (k, v) if block_table is None else pages
+    try:
+        res = fn(q.to(dev), kc.to(dev), vc.to(dev), cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=dev),
+                 block_table=None if block_table is None else block_table.to(dev), num_splits=num_splits,
+                 max_seqlen=max_seqlen, is_causal=is_causal, return_lse=check_lse)
+    except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
+        return Case(label=label, verdict=raised(exc))
+    o, lse = res if check_lse else (res, None)
+    if out is not None:
+        out.append(o.detach().to("cpu", torch.float64))
+    g_o, g_lse = decode_reference(q, k, v, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
+                                  return_lse=True)
+    if tuple(o.shape) != tuple(g_o.shape):
+        v_ = Verdict(status="fail", target_error=math.inf, baseline_error=NAN, bound=NAN,
+                     note=f"output shape {tuple(o.shape)} != {tuple(g_o.shape)}")
+        return ctx.finish(label, v_)
+    b_o = baseline_decode(q, k, v, lens, is_causal=is_causal)
+    verdict = _judge(o, g_o, b_o, ctx.fmt, ctx, "o")
+    if check_lse:
+        g_lse = g_lse.masked_fill(g_lse == -math.inf, empty_lse)
+        b_lse = g_lse.float().double()  # the LSE is formed in fp32 by every kernel: one fp32 rounding
+        verdict = worst(verdict, _judge(lse, g_lse, b_lse, FP32, ctx, "lse"))
+    return ctx.finish(label, verdict)
+
+
+def state(o: torch.Tensor, lse) -> State:
+    """A state (T, H, dv) / (T, H) from float64 o and an LSE value or tensor."""
+    lse_t = lse if isinstance(lse, torch.Tensor) else torch.full(o.shape[:-1], float(lse), dtype=torch.float64)
+    return State(o, lse_t)
+
+
+def decode_inputs(ctx: ProbeContext, *, B: int, H: int, G: int, N: int, S: int, d: int, lens, salt: int,
+                  pad: float = 0.0):
+    """q (B, H, N, d), k, v (B, G, S, d) in ctx.dtype, seeded; slots past each length hold ``pad``
+    (NaN in the padding probes: any read of it shows)."""
+    q = ctx.randn(B, H, N, d, salt=salt)
+    k = ctx.randn(B, G, S, d, salt=salt + 1)
+    v = ctx.randn(B, G, S, d, salt=salt + 2)
+    for b, L in enumerate(lens):
+        k[b, :, L:] = pad
+        v[b, :, L:] = pad
+    q, k, v = ctx.cast(q, k, v)
+    return q, k, v, torch.tensor(list(lens))
