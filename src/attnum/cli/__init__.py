@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "sweep", "reproduce", "runs", "export", "report",
     "diverge",
     "audit", "scan",
+    "spec",
     "fp8_table",
 )
 
