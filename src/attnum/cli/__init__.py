@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "validate",
     "sweep", "reproduce", "runs", "export", "report",
     "diverge",
+    "decode",
     "audit", "scan",
     "spec",
     "fp8_table",
