@@ -147,6 +147,11 @@ def test_scale_parsing_and_nonfinite_calibration():
     with pytest.raises(AttnumInputError, match="finite"):
         quantize(x, Quantization())
     assert quantize(torch.zeros(1, 1, 2, 2), Quantization()).scales.item() == 1.0  # all-zero granule
+    empty = quantize(torch.zeros(2, 3, 0, 4), Quantization(granularity="block"))
+    assert empty.values.shape == (2, 3, 0, 4) and empty.scales.shape == (2, 3, 0, 1) and empty.overflow == 0
+    q = randn(1, 2, 3, 8)
+    out = fp8_attention(q, q[:, :, :0], q[:, :, :0])  # no keys: every row is empty and gives 0
+    assert out.shape == (1, 2, 3, 8) and torch.all(out == 0)
 
 
 # ---- incoherent processing -----------------------------------------------------------------

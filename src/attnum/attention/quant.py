@@ -144,10 +144,11 @@ def quantize(x: torch.Tensor, cfg: Quantization) -> Quantized:
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 4:
         raise bad_value("x", getattr(x, "shape", type(x).__name__), "a 4-D (B, H, S, d) floating tensor")
     x = x.double()
-    B, H, S, _ = x.shape
     s = _granule_scales(x, cfg)
     full = Quantized(x, s, 0, cfg).token_scales()
     y = x / full
+    if y.numel() == 0:  # round_to needs at least one element
+        return Quantized(y, s, 0, cfg)
     if cfg.fmt == "int8":
         u = _INT_GRID.smallest_subnormal
         r = round_to(y * u, _INT_GRID) / u  # site: quant (integers, ties to even)
@@ -165,7 +166,11 @@ def _granule_scales(x: torch.Tensor, cfg: Quantization) -> torch.Tensor:
     """One fp32 scale per granule: amax / format max (1 where the granule is all zero), or fixed."""
     B, H, S, _ = x.shape
     a = x.abs()
-    if cfg.granularity == "tensor":
+    if a.numel() == 0:  # an empty cache: no granule has data
+        shape = {"tensor": (1, 1, 1, 1), "head": (B, H, 1, 1), "token": (B, H, S, 1),
+                 "block": (B, H, -(-S // cfg.block), 1)}[cfg.granularity]
+        amax = torch.zeros(shape, dtype=x.dtype, device=x.device)
+    elif cfg.granularity == "tensor":
         amax = a.amax().reshape(1, 1, 1, 1)
     elif cfg.granularity == "head":
         amax = a.amax(dim=(-2, -1), keepdim=True)
