@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import smoke_reproduction
+from _sweep_helpers import cli, smoke_reproduction
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 BROWSER = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
@@ -36,14 +36,51 @@ def figures_marker(dom: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+PAPER_FIGURES = {"fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "kernels"}
+
+
 def test_every_figure_loads_and_console_is_clean(tmp_path_factory, tmp_path):
     out = smoke_reproduction(tmp_path_factory)
-    n_figures = len(list((out / "figures").glob("*.png")))
-    assert n_figures == 7  # fig3, fig4, fig5, fig6a, fig6b, fig6c, kernels
+    names = {p.stem for p in (out / "figures").glob("*.png")}
+    budgets = {n for n in names if n.startswith("budget-")}
+    assert names == PAPER_FIGURES | budgets and len(budgets) == 2  # one error budget per attribute point
+    n_figures = len(names)
     dom, console = render(out / "report.html", tmp_path / "profile")
     assert figures_marker(dom) == (n_figures, n_figures)
     assert console == []
     assert "Findings" in dom and dom.count("<figure") == n_figures
+    # Findings grouped per claim: one section each, its verdict map and its figures inside it.
+    sections = re.findall(r"<section class=\"claim\" id=\"claim-([a-z_]+)\">(.*?)</section>", dom, re.S)
+    assert [cid for cid, _ in sections] == ["mantissa", "ten_x", "seq_len", "swap", "square", "tiles"]
+    body = dict(sections)
+    assert all('<table class="map">' in html for html in body.values())
+    assert 'id="fig4"' in body["ten_x"] and 'id="grid"' in body["ten_x"] and 'id="fig6b"' in body["square"]
+    assert "policy fa2 / variant fa1" in dom  # policy and variant named as such
+
+
+def test_a_custom_sweep_report_has_figures(tmp_path):
+    """Generic figures: each metric against each swept axis, lines per the other swept fields."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text("""
+name = "custom"
+record = ["flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline"]
+[defaults]
+heads = 1
+head_dim = 16
+block_q = 16
+[axes]
+seq_len = [32, 64, 128]
+block_k = [4, 16]
+dist = ["normal", "uniform"]
+seed = [0, 1]
+""")
+    out = tmp_path / "out"
+    assert cli("sweep", spec, "--out", out, "--quiet", "--report") == 0
+    names = {p.stem for p in (out / "figures").glob("*.png")}
+    assert names == {"sweep-custom-seq_len", "sweep-custom-block_k", "sweep-custom-dist"}
+    dom, console = render(out / "report.html", tmp_path / "profile")
+    assert figures_marker(dom) == (3, 3) and console == []
+    assert "one line per block_k, dist" in dom and "nothing pooled but seeds" in dom
 
 
 def test_the_check_catches_a_broken_figure_and_a_console_error(tmp_path_factory, tmp_path):

@@ -10,24 +10,43 @@ import pytest
 import torch
 from _sweep_helpers import smoke_reproduction
 
-from attnum.experiments.findings import CLAIMS
-from attnum.experiments.paper import PROFILES, paper_spec
+from attnum.experiments.findings import CLAIMS, VERDICTS
+from attnum.experiments.paper import paper_spec
 from attnum.store import open_store
 
-FIGURES = ("fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "kernels")
-GROUPS = {"fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c"}
+FIGURES = ("fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "kernels")
+FIGURE_GROUPS = {"fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid"}
+GROUPS = FIGURE_GROUPS | {"eager", "attribute"}
+PAPER_PROFILES = ("quick", "full", "smoke")
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
 def test_profiles_cover_every_figure_under_both_policies_and_variants(profile):
     spec = paper_spec(profile)
     assert {g.name for g in spec.groups} == GROUPS
     for group in spec.groups:
         pts = group.points
-        assert {p.policy for p in pts} == {"uniform", "fa2"} and {p.variant for p in pts} == {"fa1", "fa2"}
-        assert len({p.seed for p in pts}) >= 2  # several seeds: the figures show their spread
+        assert {p.policy for p in pts} == {"uniform", "fa2"}
+        if group.name in FIGURE_GROUPS:
+            assert {p.variant for p in pts} == {"fa1", "fa2"}
+            assert len({p.seed for p in pts}) >= 2  # several seeds: the figures show their spread
+    eager = next(g for g in spec.groups if g.name == "eager")
+    assert {p.baseline_policy for p in eager.points} == {"torch-eager"}
+    attribute = next(g for g in spec.groups if g.name == "attribute")
+    assert {p.kind for p in attribute.points} == {"attribute"}
     fig3e8 = next(g for g in spec.groups if g.name == "fig3-e8")
     assert {p.format for p in fig3e8.points} >= {"e8m3", "e8m23"}
+
+
+@pytest.mark.parametrize("profile", ["quick", "full"])
+def test_grid_reaches_the_many_tile_regime(profile):
+    """N >= 4096 with Bc <= 32 (where flash's excess error appears), over policy, variant and dist."""
+    grid = next(g for g in paper_spec(profile).groups if g.name == "grid")
+    many = [p for p in grid.points if p.seq_len >= 4096 and p.tiles().Bc <= 32]
+    assert many and {p.policy for p in many} == {"uniform", "fa2"} and {p.variant for p in many} == {"fa1", "fa2"}
+    assert len({p.dist for p in grid.points}) >= 2 and len({p.seed for p in grid.points}) >= 3
+    attribute = next(g for g in paper_spec(profile).groups if g.name == "attribute")
+    assert any(p.seq_len >= 8192 and p.tiles().Bc <= 16 for p in attribute.points)
 
 
 def test_full_profile_reaches_paper_scale():
@@ -48,10 +67,16 @@ def test_smoke_reproduction_writes_store_figures_and_report(tmp_path_factory):
         for ext in ("png", "svg"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 10_000, f"{name}.{ext}"
     page = (out / "report.html").read_text()
-    # Every claim under both policies and both variants, each with a computed verdict.
-    verdicts = re.findall(r"<span class='(?:holds|nothold|nottested)'>([^<]+)</span>", page)
-    assert len(verdicts) == len(CLAIMS) * 4
-    assert set(verdicts) <= {"holds", "does not hold", "not tested"}
+    # Every claim under both policies and both variants, each with a computed verdict: once at a glance,
+    # once per claim's section, and the claim's overall verdict.
+    verdicts = re.findall(r"<span class='(?:holds|nothold|nottested|construct|mixed)'>([^<]+)</span>", page)
+    assert len(verdicts) == len(CLAIMS) * (4 + 4 + 1)
+    assert set(verdicts) <= set(VERDICTS)
+    assert page.count("<table class='map'>") == len(CLAIMS)  # a verdict map per claim
+    assert "holds by construction in the forward pass" in page  # Fig. 6b, with its reason
+    assert "dominant site: " in page  # Fig. 4 cites the attribute points
+    for name in ("budget-uniform-fa2-N128-Bc4-s0", "budget-fa2-fa2-N128-Bc4-s0"):
+        assert (out / "figures" / f"{name}.png").is_file()
     assert "torch-sdpa-math" in page and "unavailable" in page  # real kernels listed, CUDA ones unavailable
     # Environment recorded per point: versions and commit.
     env = json.loads(sqlite3.connect(out / "attnum.sqlite").execute("SELECT env FROM environments").fetchone()[0])

@@ -105,15 +105,19 @@ def test_cuda_sweep_refused_up_front_without_cuda(tmp_path):
 
 
 def test_keys_and_hash_of_stores_made_before_the_new_axes_are_unchanged():
-    """Pinned from the code before kv_len, kv_heads and causal_alignment were axes: the paper's
-    stores (and any other) resume, since fields at their defaults stay out of the key."""
+    """Pinned from the code before kv_len, kv_heads, causal_alignment and baseline_policy were axes:
+    the paper's figure groups keep their points and keys, since fields at their defaults stay out of
+    the key (the grid, eager and attribute groups are new: a whole profile's hash is new)."""
     import hashlib
     import json
 
-    from attnum.experiments.paper import paper_spec
+    from attnum.experiments.paper import paper_spec_dict
     from attnum.experiments.points import Point
+    from attnum.experiments.spec import spec_from_dict
 
-    spec = paper_spec("smoke")
+    data = paper_spec_dict("smoke")
+    data["group"] = [g for g in data["group"] if g["name"] not in ("grid", "eager", "attribute")]
+    spec = spec_from_dict(data)
     assert spec.spec_hash == "7aec5797d7c5a63f"
     keys = sorted(spec.planned())
     assert len(keys) == 196 and hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:16] == "8f1dc129d75c590e"
@@ -121,7 +125,8 @@ def test_keys_and_hash_of_stores_made_before_the_new_axes_are_unchanged():
     assert (p.key, p.kernel_point().key) == ("85825a50a06e5365f0bf", "95d21fbccd531964dcff")
     # A new axis off its default is part of the key.
     assert len({p.key, *(dataclasses.replace(p, **kw).key for kw in (
-        {"kv_len": 64}, {"kv_heads": 1}, {"causal_alignment": "bottom_right"}))}) == 4
+        {"kv_len": 64}, {"kv_heads": 1}, {"causal_alignment": "bottom_right"},
+        {"baseline_policy": "torch-eager"}))}) == 5
 
 
 def test_equal_configs_share_a_key_and_round_trip_through_the_store_config():

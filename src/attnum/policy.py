@@ -15,6 +15,12 @@ lse        the log-sum-exp m + log l a kernel stores for its backward (defaults 
            real kernels form it in fp32 from their fp32 statistics)
 ========== ================================================================================
 
+``max_shift`` is flash's choice of the softmax shift (forward and backward; golden and baseline
+ignore it): ``none`` subtracts the running row maximum, as FlashAttention does; ``qiu-yao`` is the
+fix of Qiu & Yao (arXiv 2510.04212): in a tile whose row holds more than one score within 1e-3 of
+its maximum m, the shift becomes 2m (m > 0) or 0 (m < 0), so that no exp(s - shift) is exactly 1
+(:func:`attnum.attention.steps.block_max`; the precise rule and its limits are in docs/bias.md).
+
 ``matmul_acc`` is the accumulator format inside the two matmuls (QK^T over d, PV over keys):
 ``None`` accumulates in float64 and rounds once at the site; ``fp32`` (or ``fp64``) is the
 native BLAS accumulation in that format, in the BLAS's order; any other format is emulated by
@@ -39,6 +45,7 @@ from attnum.rounding import round_to
 
 SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out", "lse")
 NORMALIZE = ("divide", "reciprocal")
+MAX_SHIFTS = ("none", "qiu-yao")
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
 
@@ -59,6 +66,7 @@ class Policy:
     matmul_acc: FloatFormat | None = None
     reduction_chunk: int | None = None
     normalize: str = "divide"
+    max_shift: str = "none"
     name: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +84,8 @@ class Policy:
             )
         if self.normalize not in NORMALIZE:
             raise AttnumInputError(f"normalize={self.normalize!r} is not allowed; expected one of {NORMALIZE}")
+        if self.max_shift not in MAX_SHIFTS:
+            raise AttnumInputError(f"max_shift={self.max_shift!r} is not allowed; expected one of {MAX_SHIFTS}")
 
     @property
     def carrier(self) -> torch.dtype:
@@ -97,11 +107,11 @@ class Policy:
         return round_to(x, getattr(self, site))
 
     def with_overrides(self, **sites: str | FloatFormat | int | None) -> Policy:
-        unknown = set(sites) - set(SITES) - {"matmul_acc", "reduction_chunk", "normalize"}
+        unknown = set(sites) - set(SITES) - {"matmul_acc", "reduction_chunk", "normalize", "max_shift"}
         if unknown:
             raise AttnumInputError(
                 f"policy override {sorted(unknown)!r} is not allowed; expected sites {SITES}, "
-                "matmul_acc, reduction_chunk or normalize"
+                "matmul_acc, reduction_chunk, normalize or max_shift"
             )
         return dataclasses.replace(self, **sites, name=_describe(self.name, sites))
 
@@ -110,6 +120,7 @@ class Policy:
         d["matmul_acc"] = self.matmul_acc.name if self.matmul_acc else "exact"
         d["reduction_chunk"] = self.reduction_chunk
         d["normalize"] = self.normalize
+        d["max_shift"] = self.max_shift
         d["carrier"] = str(self.carrier).replace("torch.", "")
         return d
 
@@ -153,14 +164,29 @@ def torch_cpu(fmt: str | FloatFormat) -> Policy:
     return dataclasses.replace(p, name=f"torch-cpu:{f.name}")
 
 
-NAMED = {"uniform": uniform, "fa2": fa2, "torch-cpu": torch_cpu}
+def torch_eager(fmt: str | FloatFormat) -> Policy:
+    """PyTorch eager attention in ``fmt`` (``softmax(Q K^T * scale) V`` op by op, as
+    :func:`attnum.attention.eager.eager_attention` and the math SDPA of a training baseline run it):
+    Q K^T a GEMM accumulating in fp32 and returned in ``fmt`` (scores); softmax upcasts to fp32
+    (max, exp, sum and the division in fp32) and returns ``fmt`` (probs); P V accumulates in fp32
+    (acc) and returns ``fmt`` (out). The scale is exact when it is a power of two (d = 4**k);
+    otherwise torch rounds the scaled scores a second time, which this policy does not model."""
+    f = get_format(fmt)
+    wide = _FP32 if f.fits_in(_FP32) else f
+    return Policy(
+        inputs=f, scores=f, exp=wide, probs=f, row_sum=wide, rescale=wide, acc=wide, out=f, lse=wide,
+        matmul_acc=_acc_for(f), normalize="divide", name=f"torch-eager:{f.name}",
+    )
+
+
+NAMED = {"uniform": uniform, "fa2": fa2, "torch-cpu": torch_cpu, "torch-eager": torch_eager}
 
 
 def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Policy:
     """``NAME:FORMAT[,site=FORMAT...]``; ``NAME`` alone takes ``fmt``; a bare format means uniform.
 
-    Examples: ``fa2:bf16``, ``uniform:e4m3fn``, ``torch-cpu:fp16``, ``fp32``,
-    ``fa2:bf16,acc=fp16,reduction_chunk=16``.
+    Examples: ``fa2:bf16``, ``uniform:e4m3fn``, ``torch-cpu:fp16``, ``torch-eager:bf16``, ``fp32``,
+    ``fa2:bf16,acc=fp16,reduction_chunk=16``, ``uniform:bf16,max_shift=qiu-yao``.
     """
     if isinstance(spec, Policy):
         return spec
@@ -194,7 +220,7 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
             overrides[key] = None if value in ("", "none") else _int(value, key)
         elif key == "matmul_acc":
             overrides[key] = None if value in ("exact", "none") else get_format(value, param=key)
-        elif key == "normalize":
+        elif key in ("normalize", "max_shift"):
             overrides[key] = value
         else:
             overrides[key] = get_format(value, param=f"policy.{key}")

@@ -25,6 +25,7 @@ from attnum.errors import AttnumInputError
 
 _COMMAND_MODULES = (
     "compare",
+    "attribute",
     "validate",
     "sweep", "reproduce", "runs", "export", "report",
     "diverge",

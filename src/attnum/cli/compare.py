@@ -1,8 +1,15 @@
-"""`attnum compare`: one configuration -> flash/baseline/golden deviation table."""
+"""`attnum compare`: one configuration -> flash/baseline/golden deviation table.
+
+The flags are :class:`CompareConfig`'s fields, one each (a test pins the map); ``attnum attribute``
+takes the same flags through :func:`config_command`.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
+import typing
+from collections.abc import Callable
 
 import typer
 
@@ -12,43 +19,66 @@ PAIRS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline")
 COLUMNS = ("max_abs", "mean_abs", "rmse", "max_ulp", "mean_signed", "bias", "rel_mean_abs", "row_rel_max_abs",
            "cosine")
 
+# (field, type, default, help): the CompareConfig flags, in the order --help shows them.
+CONFIG_OPTIONS: tuple[tuple[str, type, object, str], ...] = (
+    ("policy", str, "uniform", "NAME or NAME:FORMAT (uniform, fa2, torch-cpu, torch-eager), or a format."),
+    ("format", str, "bf16", "Format for a policy NAME given without one."),
+    ("baseline_policy", str | None, None,
+     "The baseline's own policy (default: --policy), e.g. torch-eager: PyTorch eager attention in the format."),
+    ("seq_len", int, 1024, "Query length N."),
+    ("kv_len", int | None, None, "Key length S (default N)."),
+    ("head_dim", int, 64, "Head dimension d."),
+    ("heads", int, 8, "Query heads H."),
+    ("kv_heads", int | None, None, "Key/value heads G (GQA when < H)."),
+    ("batch", int, 1, "Batch B."),
+    ("block_q", int | None, None, "Query tile Br (default 128)."),
+    ("block_k", int | None, None, "Key/value tile Bc (default 128)."),
+    ("sram", int | None, None, "SRAM size M in elements: Bc=ceil(M/4d), Br=min(Bc,d)."),
+    ("swap_blocks", bool, False, "Exchange Br and Bc."),
+    ("square", bool, False, "Force Br = Bc."),
+    ("variant", str, "fa2", "fa1 (normalize every tile) or fa2 (normalize once)."),
+    ("kv_order", str, "forward", "forward, reverse or random[:SEED] tile order."),
+    ("causal", bool, False, "Causal mask."),
+    ("causal_alignment", str, "top_left",
+     "Causal diagonal: top_left (query i sees keys j <= i, as torch) or bottom_right (j <= i + S - N, as "
+     "flash-attn >= 2.1)."),
+    ("dist", str, "normal", "normal, uniform or outlier."),
+    ("logit_scale", float, 1.0, "Multiply Q by this (logit magnitude)."),
+    ("seed", int, 0, "Input seed."),
+    ("device", str, "cpu", "cpu or cuda."),
+)
+
+
+def config_command(fn: Callable) -> Callable:
+    """Give ``fn(cfg: CompareConfig, **extra)`` the CompareConfig flags before its own options.
+
+    Typer reads the signature: the wrapper's is the config fields (each ``--field-name``) followed
+    by ``fn``'s own keyword parameters other than ``cfg``.
+    """
+    names = [name for name, *_ in CONFIG_OPTIONS]
+
+    def command(**kwargs):
+        cfg = CompareConfig(**{k: kwargs.pop(k) for k in names})
+        return fn(cfg, **kwargs)
+
+    params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                default=typer.Option(default, help=help_))
+              for name, kind, default, help_ in CONFIG_OPTIONS]
+    hints = typing.get_type_hints(fn)
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(name, p.annotation))
+           for name, p in inspect.signature(fn).parameters.items() if name != "cfg"]
+    command.__signature__ = inspect.Signature(params + own)
+    command.__name__, command.__doc__ = fn.__name__, fn.__doc__
+    return command
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
     def compare(
-        policy: str = typer.Option("uniform", help="NAME or NAME:FORMAT (uniform, fa2, torch-cpu), or a format."),
-        format: str = typer.Option("bf16", "--format", help="Format for a policy NAME given without one."),
-        seq_len: int = typer.Option(1024, help="Query length N."),
-        kv_len: int | None = typer.Option(None, help="Key length S (default N)."),
-        head_dim: int = typer.Option(64, help="Head dimension d."),
-        heads: int = typer.Option(8, help="Query heads H."),
-        kv_heads: int | None = typer.Option(None, help="Key/value heads G (GQA when < H)."),
-        batch: int = typer.Option(1, help="Batch B."),
-        block_q: int | None = typer.Option(None, help="Query tile Br (default 128)."),
-        block_k: int | None = typer.Option(None, help="Key/value tile Bc (default 128)."),
-        sram: int | None = typer.Option(None, help="SRAM size M in elements: Bc=ceil(M/4d), Br=min(Bc,d)."),
-        swap_blocks: bool = typer.Option(False, help="Exchange Br and Bc."),
-        square: bool = typer.Option(False, help="Force Br = Bc."),
-        variant: str = typer.Option("fa2", help="fa1 (normalize every tile) or fa2 (normalize once)."),
-        kv_order: str = typer.Option("forward", help="forward, reverse or random[:SEED] tile order."),
-        causal: bool = typer.Option(False, help="Causal mask."),
-        causal_alignment: str = typer.Option(
-            "top_left", help="Causal diagonal: top_left (query i sees keys j <= i, as torch) or bottom_right "
-                             "(j <= i + S - N, as flash-attn >= 2.1)."),
-        dist: str = typer.Option("normal", help="normal, uniform or outlier."),
-        logit_scale: float = typer.Option(1.0, help="Multiply Q by this (logit magnitude)."),
-        seed: int = typer.Option(0, help="Input seed."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
+        cfg: CompareConfig,
         grad: bool = typer.Option(False, "--grad", help="Compare gradients dQ, dK, dV instead of outputs."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Compare flash and baseline attention under a precision policy with the float64 golden value."""
-        cfg = CompareConfig(
-            policy=policy, format=format, seq_len=seq_len, kv_len=kv_len, head_dim=head_dim, heads=heads,
-            kv_heads=kv_heads, batch=batch, block_q=block_q, block_k=block_k, sram=sram,
-            swap_blocks=swap_blocks, square=square, variant=variant, kv_order=kv_order, causal=causal,
-            causal_alignment=causal_alignment, dist=dist, logit_scale=logit_scale, seed=seed, device=device,
-        )
         if grad:
             from attnum.experiments.grad_compare import run_grad_compare
 
@@ -64,13 +94,17 @@ def register(app: typer.Typer) -> None:
             return
         print_result(result)
 
+    app.command(name="compare")(config_command(compare))
+
 
 def print_result(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
     pol, tiles = result["policy"], result["tiles"]
-    title = (f"{pol['name']}  N={result['config']['seq_len']} d={result['config']['head_dim']}  "
+    base = result.get("baseline_policy", pol)
+    title = (f"{pol['name']}" + (f" (baseline {base['name']})" if base["name"] != pol["name"] else "")
+             + f"  N={result['config']['seq_len']} d={result['config']['head_dim']}  "
              f"Br={tiles['Br']} Bc={tiles['Bc']} Tc={tiles['Tc']}  variant={result['config']['variant']}  "
              f"carrier={pol['carrier']}")
     table = Table(title=title)

@@ -40,11 +40,14 @@ class CompareConfig:
     ``None`` means the core's default: ``kv_len`` = ``seq_len``, ``kv_heads`` = ``heads``, tiles 128.
     ``causal_alignment`` places the causal diagonal: ``top_left`` (query i sees keys j <= i, as
     torch) or ``bottom_right`` (j <= i + S - N, as flash-attn >= 2.1); it matters only when
-    ``causal`` and ``kv_len`` != ``seq_len``.
+    ``causal`` and ``kv_len`` != ``seq_len``. ``baseline_policy`` (None: ``policy``) is the
+    baseline's own policy, e.g. ``torch-eager`` to compare flash with PyTorch eager attention in
+    the same dtype; it must round the inputs as ``policy`` does (both see the same inputs).
     """
 
     policy: str = "uniform"
     format: str = "bf16"
+    baseline_policy: str | None = None
     seq_len: int = 1024
     kv_len: int | None = None
     head_dim: int = 64
@@ -72,9 +75,20 @@ class CompareConfig:
         object.__setattr__(self, "format", get_format(self.format).name)
         object.__setattr__(self, "logit_scale", float(self.logit_scale))
         # What no single field decides: the policy at this format, kv_heads | heads, sram vs blocks.
-        parse_policy(self.policy, self.format)
+        policy, base = self.policies()
+        if base.inputs != policy.inputs:
+            raise AttnumInputError(
+                f"baseline_policy={self.baseline_policy!r} is not allowed with policy={self.policy!r}: it rounds "
+                f"the inputs to {base.inputs.name}, the policy to {policy.inputs.name}; expected the same "
+                "inputs format (flash, baseline and golden see the same inputs)")
         spec = self.input_spec()
         kv_tile_order(self.tiles().Tc(spec.S), self.kv_order)
+
+    def policies(self):
+        """(flash policy, baseline policy) at this config's format."""
+        policy = parse_policy(self.policy, self.format)
+        base = policy if self.baseline_policy is None else parse_policy(self.baseline_policy, self.format)
+        return policy, base
 
     def input_spec(self) -> InputSpec:
         return InputSpec(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads, seq_len=self.seq_len,
@@ -125,6 +139,8 @@ FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
                "overrides", _parses(lambda v: parse_policy(v, "fp32"))),
     "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", _parses(get_format)),
+    "baseline_policy": ("unset (the policy), or a policy as for policy (e.g. torch-eager)",
+                        lambda v: v is None or _parses(lambda x: parse_policy(x, "fp32"))(v)),
     "seq_len": ("a positive integer (N)", _positive_int),
     "kv_len": ("a positive integer (S; default seq_len)", _opt_positive_int),
     "head_dim": ("a positive integer (d)", _positive_int),
@@ -165,8 +181,10 @@ def compare_inputs(cfg: CompareConfig):
 
 
 def run_compare(cfg: CompareConfig) -> dict:
-    """Run one point -> {"config", "policy", "tiles", "metrics": {pair: {...}}, "ratio", "timing_s"}."""
+    """Run one point -> {"config", "policy", "baseline_policy", "tiles", "metrics": {pair: {...}},
+    "ratio", "timing_s"}."""
     policy, (q, k, v) = compare_inputs(cfg)
+    base_policy = cfg.policies()[1]
     tiles = cfg.tiles()
     common = dict(is_causal=cfg.causal, causal_alignment=cfg.causal_alignment)
     timing = {}
@@ -174,7 +192,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     golden = golden_attention(q, k, v, **common)
     timing["golden"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    base = baseline_attention(q, k, v, policy=policy, **common)
+    base = baseline_attention(q, k, v, policy=base_policy, **common)
     timing["baseline"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     flash = flash_attention(q, k, v, policy=policy, block_q=tiles.Br, block_k=tiles.Bc, variant=cfg.variant,
@@ -183,7 +201,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     out_fmt = policy.out
     metrics = {
         "flash_vs_golden": deviation(flash, golden, fmt=out_fmt),
-        "baseline_vs_golden": deviation(base, golden, fmt=out_fmt),
+        "baseline_vs_golden": deviation(base, golden, fmt=base_policy.out),
         "flash_vs_baseline": deviation(flash, base, fmt=out_fmt),
     }
     ratio = {key: error_ratio(metrics["flash_vs_golden"], metrics["baseline_vs_golden"], key)
@@ -191,6 +209,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     return {
         "config": cfg.to_dict(),
         "policy": {"name": policy.name, **policy.describe()},
+        "baseline_policy": {"name": base_policy.name, **base_policy.describe()},
         "tiles": {"Br": tiles.Br, "Bc": tiles.Bc, "Tc": tiles.Tc(cfg.input_spec().S), "area": tiles.area},
         "metrics": metrics,
         "ratio": ratio,

@@ -7,9 +7,18 @@ swapping the block dimensions changes Bc. Every figure runs under the ``uniform`
 paper's re-implementation) and the ``fa2`` policy (what real kernels do), for variants fa1 and fa2,
 with several seeds.
 
-``quick`` fits in about 5 minutes on 2 CPU cores; ``full`` is the paper's scale (N to 32k, all
-formats, more seeds), meant for a GPU node or a Ray cluster; ``smoke`` runs every group at toy
-sizes in seconds (tests and CI).
+Beyond the figures, three groups let the findings be maps rather than points:
+
+- ``grid``: bf16 over N x Bc x policy x variant x input distribution, reaching the many-tile regime
+  (N >= 4096 with Bc <= 32) where the paper's 10x appears;
+- ``eager``: flash against PyTorch eager attention in bf16 (``baseline_policy = "torch-eager"``),
+  a baseline with the same low precision as real code has;
+- ``attribute``: the error budget per rounding site (``kind = "attribute"``) at the fig4 point and
+  in the many-tile regime, which the findings cite as the dominant site.
+
+``quick`` fits in 10 minutes on 2 CPU cores; ``full`` is the paper's scale (N to 32k, all formats,
+more seeds), meant for a GPU node or a Ray cluster; ``smoke`` runs every group at toy sizes in
+seconds (tests and CI).
 """
 
 from __future__ import annotations
@@ -43,6 +52,13 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "n_fig6": 1024,
         "bc_fig6": [16, 32, 64, 128, 256, 512],
         "fmt_fig6": _NAMED,
+        "grid_n": [1024, 2048, 4096, 8192],
+        "grid_bc": [16, 32, 64, 128],
+        "grid_dist": ["normal", "uniform"],
+        "grid_seeds": [0, 1, 2],
+        "eager_n": [1024, 8192],
+        "eager_bc": [16, 64],
+        "attribute": [(1024, 64), (8192, 16)],
     },
     "full": {
         "head_dim": 64,
@@ -61,6 +77,13 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "n_fig6": 4096,
         "bc_fig6": [16, 32, 64, 128, 256, 512, 1024, 2048],
         "fmt_fig6": _NAMED,
+        "grid_n": [1024, 2048, 4096, 8192, 16384, 32768],
+        "grid_bc": [16, 32, 64, 128, 256],
+        "grid_dist": ["normal", "uniform", "outlier"],
+        "grid_seeds": [0, 1, 2, 3, 4],
+        "eager_n": [1024, 4096, 16384],
+        "eager_bc": [16, 64, 128],
+        "attribute": [(1024, 64), (8192, 16), (32768, 16)],
     },
     # Seconds, not minutes: the same groups, figures and findings at toy sizes, for tests and CI.
     "smoke": {
@@ -78,6 +101,13 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "n_fig6": 128,
         "bc_fig6": [4, 16, 64],
         "fmt_fig6": ["bf16"],
+        "grid_n": [64, 128, 256],
+        "grid_bc": [4, 16],
+        "grid_dist": ["normal", "uniform"],
+        "grid_seeds": [0, 1],
+        "eager_n": [64, 256],
+        "eager_bc": [4],
+        "attribute": [(128, 4)],
     },
 }
 
@@ -93,6 +123,8 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
     fixed_tiles = {"block_q": p["tile"], "block_k": p["tile"]}
     srams = [_sram_for(bc, p["head_dim"]) for bc in p["bc_fig6"]]
     fig6 = {"format": p["fmt_fig6"], "seq_len": p["n_fig6"], "sram": srams, **both}
+    grid = {"format": "bf16", "seq_len": p["grid_n"], "block_q": p["tile"], "block_k": p["grid_bc"],
+            "dist": p["grid_dist"], **both, "seed": p["grid_seeds"]}
     return {
         "name": f"paper-{profile}",
         "description": f"Golden et al. 2024 (arXiv 2405.02803) Figs. 3-6, profile {profile}",
@@ -111,6 +143,13 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
             {"name": "fig6a", "axes": {**fig6, "swap_blocks": [False, True]}},
             {"name": "fig6b", "axes": {**fig6, "square": [False, True]}},
             {"name": "fig6c", "axes": fig6},
+            {"name": "grid", "axes": grid},
+            {"name": "eager", "axes": {**grid, "baseline_policy": "torch-eager", "variant": "fa2",
+                                       "dist": "normal", "seq_len": p["eager_n"], "block_k": p["eager_bc"]}},
+            {"name": "attribute", "points": [{"kind": "attribute", "format": "bf16", "policy": policy,
+                                              "variant": "fa2", "seq_len": n, "block_q": p["tile"],
+                                              "block_k": bc, "seed": 0}
+                                             for n, bc in p["attribute"] for policy in ("uniform", "fa2")]},
         ],
     }
 

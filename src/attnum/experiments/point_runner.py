@@ -29,7 +29,7 @@ def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str
     t0 = time.perf_counter()
     point = Point.from_config(config)
     try:
-        metrics = _compare(point) if point.kind == "compare" else _kernels(point, kernels)
+        metrics = _RUNNERS[point.kind](point, kernels)
         status, error = "done", None
     except Exception as err:  # noqa: BLE001 - a failing point is data, not a crash
         metrics = None
@@ -59,10 +59,20 @@ def _compare(point: Point) -> dict[str, Any]:
         "ratio": result["ratio"],
         "tiles": result["tiles"],
         "policy_sites": result["policy"],
+        "baseline_policy_sites": result["baseline_policy"],
         "timing_s": result["timing_s"],
         "format_bits": _format_bits(point.format),
     }
     return _plain(metrics)
+
+
+def _attribute(point: Point) -> dict[str, Any]:
+    from attnum.experiments.attribute import run_attribute
+
+    result = run_attribute(point.compare_config())
+    keep = ("full", "floor", "sites", "dominant", "tiles", "carrier", "metric", "policy", "baseline_policy")
+    return _plain({**{k: result[k] for k in keep}, "timing_s": {"total": result["timing_s"]},
+                   "format_bits": _format_bits(point.format)})
 
 
 def _format_bits(fmt: str) -> dict[str, int]:
@@ -80,6 +90,13 @@ def _kernels(point: Point, kernels: tuple[str, ...]) -> dict[str, Any]:
 
     dtype = torch_dtype(point.format)  # a kernels Point only holds formats that have one
     return _plain({**kernel_deviations(point, dtype=dtype, kernels=kernels), "format_bits": _format_bits(point.format)})
+
+
+_RUNNERS = {
+    "compare": lambda point, kernels: _compare(point),
+    "attribute": lambda point, kernels: _attribute(point),
+    "kernels": lambda point, kernels: _kernels(point, kernels),
+}
 
 
 def _plain(obj: Any) -> Any:

@@ -1,8 +1,10 @@
 """One sweep point: a :class:`CompareConfig` plus what to run at it, and a stable key.
 
-A point is either a ``compare`` point (the emulated flash and baseline against the float64 golden,
-under a policy and tiles) or a ``kernels`` point (the real kernels available here against the same
-golden, in the point's native dtype). Kernel points ignore the policy and tiles, so many compare
+A point is a ``compare`` point (the emulated flash and baseline against the float64 golden,
+under a policy and tiles), an ``attribute`` point (the same comparison as an error budget per
+rounding site, :mod:`attnum.experiments.attribute`) or a ``kernels`` point (the real kernels
+available here against the same golden, in the point's native dtype). Kernel points ignore the
+policy and tiles, so many compare
 points share one kernel point; the key makes that sharing automatic.
 
 The fields, their defaults and their validation are CompareConfig's (one set, in
@@ -26,14 +28,15 @@ from attnum.experiments.compare import FIELDS, POLICY_NAMES, CompareConfig
 from attnum.formats import TORCH_DTYPE_NAMES
 
 COMPARISONS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels")
-KINDS = ("compare", "kernels")
+KINDS = ("compare", "kernels", "attribute")
 AXES = tuple(FIELDS)  # every CompareConfig field is a sweep axis
 # Axes that only matter to the emulation; a kernel point leaves them at their defaults, and its
 # stored config says policy None (it runs none).
-EMULATION_ONLY = ("policy", "block_q", "block_k", "sram", "swap_blocks", "square", "variant", "kv_order")
+EMULATION_ONLY = ("policy", "baseline_policy", "block_q", "block_k", "sram", "swap_blocks", "square", "variant",
+                  "kv_order")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(CompareConfig)}
 # Fields added after the first stores: left out of the key while at their default (see module doc).
-_ADDED = ("kv_len", "kv_heads", "causal_alignment")
+_ADDED = ("kv_len", "kv_heads", "causal_alignment", "baseline_policy")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,9 +49,11 @@ class Point(CompareConfig):
         if self.kind not in KINDS:
             raise bad_value("kind", self.kind, f"one of {KINDS}")
         super().__post_init__()
-        if self.policy.split(",")[0] not in POLICY_NAMES:
-            raise bad_value("policy", self.policy, f"NAME[,site=FORMAT...] with NAME in {POLICY_NAMES} "
-                            "(in a sweep the format axis gives the format)")
+        for name in ("policy", "baseline_policy"):
+            value = getattr(self, name)
+            if value is not None and value.split(",")[0] not in POLICY_NAMES:
+                raise bad_value(name, value, f"NAME[,site=FORMAT...] with NAME in {POLICY_NAMES} "
+                                "(in a sweep the format axis gives the format)")
         if self.kind == "kernels":
             if self.format not in TORCH_DTYPE_NAMES:
                 raise bad_value("format", self.format, f"a format torch has a dtype for ({sorted(TORCH_DTYPE_NAMES)}) "
@@ -102,4 +107,9 @@ class Point(CompareConfig):
             return f"kernels {self.format} {shape} seed={self.seed}"
         tiles = f"M={self.sram}" if self.sram else f"Br={self.block_q} Bc={self.block_k}"
         extra = "".join(s for s, on in ((" swap", self.swap_blocks), (" square", self.square)) if on)
-        return f"{self.policy}:{self.format} {self.variant} {shape} {tiles}{extra} seed={self.seed}"
+        if self.baseline_policy is not None:
+            extra += f" baseline={self.baseline_policy}"
+        if self.dist != "normal":
+            extra += f" dist={self.dist}"
+        head = "attribute " if self.kind == "attribute" else ""
+        return f"{head}{self.policy}:{self.format} {self.variant} {shape} {tiles}{extra} seed={self.seed}"

@@ -13,6 +13,11 @@ emulation, optional ``[defaults]`` and either top-level ``[axes]`` / ``[[points]
     policy = ["uniform", "fa2"]
     seq_len = [256, 1024]
 
+An axis (or a point) may also set ``kind``: ``compare`` (the default) or ``attribute`` (an error
+budget per rounding site at that configuration, :mod:`attnum.experiments.attribute`), and
+``baseline_policy`` gives the baseline its own policy (``torch-eager``: PyTorch eager attention in
+the point's format).
+
 Everything is checked before any point runs: unknown keys, empty axes, bad values and tiles the
 core rejects all raise :class:`attnum.errors.AttnumInputError` naming the file, key, value and what
 is allowed.
@@ -233,10 +238,17 @@ def _product(items: list[tuple[str, list[Any]]]):
             yield ((key, v), *tail)
 
 
+SPEC_KINDS = ("compare", "attribute")  # kernel points follow from the compare points and ``record``
+
+
 def _check_axis(source: str, where: str, key: str, value: Any) -> None:
+    if key == "kind":
+        if value not in SPEC_KINDS:
+            raise _bad(source, where, value, f"one of {SPEC_KINDS}")
+        return
     if key not in AXES:
         raise AttnumInputError(
-            f"{source}: {where} is not a known axis; expected one of {', '.join(sorted(AXES))}"
+            f"{source}: {where} is not a known axis; expected one of {', '.join(sorted((*AXES, 'kind')))}"
         )
     allowed, ok = FIELDS[key]
     if not ok(value):

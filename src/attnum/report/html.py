@@ -2,8 +2,10 @@
 
 It reads the store, draws the figures (``report.figures``), computes the findings from the rows
 (``experiments.findings``) and writes tables, the spec and the environment. It never recomputes
-numerics. A small inline script marks ``<body data-figures="loaded/total">`` once every figure has
-decoded, so a headless browser can check the page without a screenshot.
+numerics. Findings come first, at a glance (one verdict per claim, policy and variant), then one
+section per claim: where it holds and where it flips (a map over the grid's cells), with the
+figures that show it. A small inline script marks ``<body data-figures="loaded/total">`` once
+every figure has decoded, so a headless browser can check the page without a screenshot.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.findings import compute_findings
+from attnum.experiments.findings import ClaimMap, compute_findings, compute_maps
 from attnum.experiments.results import Row, metric, seed_summary
-from attnum.report.figures import FIGURE_CAPTIONS, draw_all
+from attnum.report.figures import captions, draw_all
 from attnum.store import open_store
 
 _CSS = """
@@ -25,7 +27,11 @@ body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f2f2f2} .holds{color:#17692b;font-weight:600} .nothold{color:#a31515;font-weight:600}
-.nottested{color:#777} figure{margin:1em 0} img{max-width:100%;border:1px solid #ddd}
+.nottested{color:#777} .construct{color:#1f4e99;font-weight:600} .mixed{color:#8a5a00;font-weight:600}
+table.map td.v{text-align:right;font-variant-numeric:tabular-nums} td.c-holds{background:#d8f0dc}
+td.c-nothold{background:#f6d5d5} td.c-nottested{background:#eee;color:#777} td.c-construct{background:#dce6f6}
+section.claim{border-top:2px solid #ddd;margin-top:1.5em} .note{color:#444;font-style:italic}
+figure{margin:1em 0} img{max-width:100%;border:1px solid #ddd}
 pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px} code{font-size:12px}
 """
 _CHECK_SCRIPT = """
@@ -47,18 +53,24 @@ def write_report(out_dir: str | Path) -> Path:
         meta, envs, runs, counts = store.meta(), store.environments(), store.runs(), store.counts()
         spec = store.spec()
     figures = draw_all(rows, out_dir / "figures")
-    findings = compute_findings(rows)
+    caps = captions(rows)
+    maps = compute_maps(rows)
+    findings = compute_findings(rows, maps)
+    placed = {name for m in maps for name in _claim_figures(m.claim_id, figures)}
     parts = [
         f"<h1>attnum report: {_e(meta.get('spec_name', '?'))}</h1>",
         f"<p>Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} from <code>{_e(out_dir)}</code>. "
         f"Points: {counts['planned']} planned, {counts['done']} done, {counts['failed']} failed, "
         f"{counts['missing']} missing.</p>",
         "<h2>Findings</h2>",
-        "<p>Each of the paper's claims checked against these results, per policy and variant. The verdict "
-        "and numbers are computed from the data (rules in <code>attnum.experiments.findings</code>).</p>",
-        _findings_table(findings),
-        "<h2>Figures</h2>",
-        *(_figure(name, paths[0]) for name, paths in figures.items()),
+        "<p>Each of the paper's claims checked against these results, per policy (where each rounding site "
+        "rounds) and variant (fa1: normalise every tile; fa2: normalise once). Verdicts and numbers are "
+        "computed from the data (rules in <code>attnum.experiments.findings</code>); <i>mixed</i> means the "
+        "claim holds in some cells of the grid and not in others (see its map).</p>",
+        _glance(findings),
+        *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps) for m in maps),
+        "<h2>Other figures</h2>",
+        *(_figure(name, paths[0], caps) for name, paths in figures.items() if name not in placed),
         "<h2>Real kernels</h2>",
         _kernel_table(rows),
         "<h2>Results by group</h2>",
@@ -103,16 +115,90 @@ def _table(head: list[str], body: list[list[Any]], raw_cols: tuple[int, ...] = (
     return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
 
-def _findings_table(findings) -> str:
-    css = {"holds": "holds", "does not hold": "nothold", "not tested": "nottested"}
-    body = [[f.figure, _e(f.claim), _e(f.policy), _e(f.variant),
-             f"<span class='{css[f.verdict]}'>{_e(f.verdict)}</span>", _e(f.measured)] for f in findings]
-    return _table(["figure", "paper's claim", "policy", "variant", "verdict", "measured"], body, raw_cols=(1, 2, 3, 4, 5))
+_CSS_CLASS = {"holds": "holds", "does not hold": "nothold", "not tested": "nottested",
+              "holds by construction": "construct", "mixed": "mixed"}
+# The figures that show each claim, in the order they are placed in its section.
+_CLAIM_FIGURES = {"mantissa": ("fig3",), "ten_x": ("fig4", "grid", "budget-"), "seq_len": ("fig5",),
+                  "swap": ("fig6a",), "square": ("fig6b",), "tiles": ("fig6c",)}
 
 
-def _figure(name: str, png: Path) -> str:
+def _verdict(v: str) -> str:
+    return f"<span class='{_CSS_CLASS[v]}'>{_e(v)}</span>"
+
+
+def _claim_figures(claim_id: str, figures: dict) -> list[str]:
+    out = []
+    for prefix in _CLAIM_FIGURES.get(claim_id, ()):
+        out += [n for n in figures if (n.startswith(prefix) if prefix.endswith("-") else n == prefix)]
+    return out
+
+
+def _glance(findings) -> str:
+    """One row per claim, one column per (policy, variant): the verdicts only."""
+    cols = list(dict.fromkeys((f.policy, f.variant) for f in findings))
+    claims = list(dict.fromkeys((f.claim_id, f.figure, f.claim) for f in findings))
+    by = {(f.claim_id, f.policy, f.variant): f for f in findings}
+    body = [[f"<a href='#claim-{cid}'>{_e(fig)}</a>", _e(claim),
+             *(_verdict(by[(cid, p, v)].verdict) for p, v in cols)] for cid, fig, claim in claims]
+    head = ["figure", "paper's claim", *(f"policy {p} / variant {v}" for p, v in cols)]
+    return _table(head, body, raw_cols=tuple(range(len(head))))
+
+
+def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict) -> str:
+    parts = [f"<section class='claim' id='claim-{_e(m.claim_id)}'><h3>{_e(m.figure)}: {_e(m.claim)} "
+             f"&mdash; {_verdict(m.verdict)}</h3>", f"<p>{_e(m.summary())}</p>"]
+    if m.note:
+        parts.append(f"<p class='note'>{_e(m.note)}</p>")
+    parts.append(_map_table(m))
+    body = [[_e(f.policy), _e(f.variant), _verdict(f.verdict), _e(f.measured)] for f in findings]
+    parts.append("<details><summary>per policy and variant</summary>"
+                 + _table(["policy", "variant", "verdict", "measured"], body, raw_cols=(0, 1, 2, 3)) + "</details>")
+    parts += [_figure(name, figures[name][0], caps) for name in _claim_figures(m.claim_id, figures)]
+    return "".join(parts) + "</section>"
+
+
+def _map_table(m: ClaimMap) -> str:
+    """The claim's cells as a table: columns over N and Bc (where they vary), rows over the rest;
+    each cell the judged value, coloured by its verdict, the full sentence on hover."""
+    cells = [c for c in m.cells if c.coords]
+    if not cells:
+        return ""
+    fields = m.fields
+    varying = [f for f in fields if len({repr(c.coords[f]) for c in cells}) > 1]
+    col_fields = [f for f in ("seq_len", "Bc") if f in varying] or [f for f in ("group", "format") if f in varying][:1]
+    row_fields = [f for f in fields if f not in col_fields]
+    cols = sorted({tuple(c.coords[f] for f in col_fields) for c in cells}, key=_key)
+    rows = list(dict.fromkeys(tuple(c.coords[f] for f in row_fields) for c in cells))
+    at = {(tuple(c.coords[f] for f in row_fields), tuple(c.coords[f] for f in col_fields)): c for c in cells}
+    from attnum.experiments.cells import LABELS
+
+    head = "".join(f"<th>{_e(LABELS.get(f, f))}</th>" for f in row_fields)
+    head += "".join(f"<th>{_e(', '.join(f'{LABELS.get(f, f)}={v}' for f, v in zip(col_fields, col)))}</th>"
+                    for col in cols) if col_fields else "<th>value</th>"
+    trs = []
+    for row in rows:
+        tds = "".join(f"<td>{_e(_show(v))}</td>" for v in row)
+        for col in cols:
+            c = at.get((row, col))
+            tds += ("<td></td>" if c is None else
+                    f"<td class='v c-{_CSS_CLASS[c.verdict]}' title='{_e(c.text)}'>{_e(_num(c.value))}</td>")
+        trs.append(f"<tr>{tds}</tr>")
+    return (f"<p>Map: {_e(m.value_label)} per cell (green holds, red does not, blue holds by construction, "
+            f"grey not tested; hover for the numbers).</p><table class='map'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(trs)}</tbody></table>")
+
+
+def _show(v: Any) -> Any:
+    return "same policy" if v is None else v
+
+
+def _key(col: tuple) -> tuple:
+    return tuple((0, x, "") if isinstance(x, (int, float)) else (1, 0, str(x)) for x in col)
+
+
+def _figure(name: str, png: Path, caps: dict | None = None) -> str:
     data = base64.b64encode(png.read_bytes()).decode()
-    caption = FIGURE_CAPTIONS.get(name, name)
+    caption = (caps or {}).get(name, name)
     return (f"<figure id='{_e(name)}'><img class='figure' alt='{_e(name)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{_e(caption)} SVG: <code>figures/{_e(name)}.svg</code></figcaption></figure>")
 

@@ -1,8 +1,10 @@
 """Shared plotting conventions: Agg backend, styles, seed-spread lines, PNG+SVG saving.
 
 Conventions used by every figure: colour = format (or policy when the x axis is the format),
-line style = variant (fa2 solid, fa1 dashed), one panel per policy; the line is the median over
-seeds and the shaded band the min..max over seeds.
+line style and marker = variant (fa2 solid with circles, fa1 dashed with triangles), one panel per
+policy; the line is the median over seeds and the shaded band the min..max over seeds. Errors are
+drawn on log axes; a value that is not positive (an exact result) cannot sit on one and is left out
+of the line rather than bending the axis into symlog. Legends say "policy" and "variant" in words.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 
 VARIANT_STYLE = {"fa2": "-", "fa1": "--"}
-POLICY_MARKER = {"uniform": "o", "fa2": "s", "torch-cpu": "^"}
-POLICY_COLOR = {"uniform": "tab:purple", "fa2": "tab:green", "torch-cpu": "tab:gray"}
+VARIANT_MARKER = {"fa2": "o", "fa1": "^"}
+VARIANT_NOTE = {"fa2": "normalise once", "fa1": "normalise every tile"}
+POLICY_MARKER = {"uniform": "o", "fa2": "s", "torch-cpu": "^", "torch-eager": "D"}
+POLICY_COLOR = {"uniform": "tab:purple", "fa2": "tab:green", "torch-cpu": "tab:gray", "torch-eager": "tab:brown"}
+LEGEND = {"fontsize": 7, "handlelength": 3.5}
 _FORMAT_COLORS = ["tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
 
 
@@ -32,9 +37,18 @@ def panels(n: int, *, title: str, width: float = 5.0, height: float = 3.8, rows:
     return fig, axes
 
 
+def variant_label(variant: str) -> str:
+    note = VARIANT_NOTE.get(variant)
+    return f"variant {variant}" + (f" ({note})" if note else "")
+
+
 def spread_line(ax, pts: list[tuple[Any, dict]], *, label: str, color: str, linestyle: str = "-",
-                marker: str | None = "o", alpha: float = 1.0, lw: float = 1.6, key: str = "median") -> None:
-    """Median over seeds as a line, min..max over seeds as a band."""
+                marker: str | None = "o", alpha: float = 1.0, lw: float = 1.6, key: str = "median",
+                positive: bool = True) -> None:
+    """Median over seeds as a line, min..max over seeds as a band; ``positive`` drops the points a
+    log axis cannot show (exact zeros) and keeps the band's lower edge above zero."""
+    if positive:
+        pts = [(x, dict(s, min=s["min"] if s["min"] > 0 else s[key])) for x, s in pts if s[key] > 0]
     if not pts:
         return
     xs = [x for x, _ in pts]
@@ -50,20 +64,16 @@ def style_legend(ax, *, formats: list[str] = (), order: list[str] = (), variants
     """One compact legend: a colour per format, a line style per variant, plus extra entries."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=format_color(f, list(order)), lw=2, label=f) for f in formats]
-    handles += [Line2D([], [], color="black", linestyle=VARIANT_STYLE.get(v, ":"), label=f"variant {v}")
-                for v in variants]
+    handles = [Line2D([], [], color=format_color(f, list(order)), lw=2, label=f"format {f}") for f in formats]
+    handles += [Line2D([], [], color="black", linestyle=VARIANT_STYLE.get(v, ":"), marker=VARIANT_MARKER.get(v, "x"),
+                       label=variant_label(v)) for v in variants]
     handles += [Line2D([], [], label=label, **kw) for label, kw in extra]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **LEGEND)
 
 
 def log_y(ax) -> None:
-    """Log y axis when the data are positive (errors span decades), else symlog around zero."""
-    lo = min((min(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata())), default=1.0)
-    if lo > 0:
-        ax.set_yscale("log")
-    else:
-        ax.set_yscale("symlog", linthresh=1e-16)
+    """Log y axis (errors span decades); the lines hold only positive values (see spread_line)."""
+    ax.set_yscale("log")
 
 
 def finish(ax, *, xlabel: str, ylabel: str, title: str = "", legend: bool = True) -> None:
@@ -73,7 +83,7 @@ def finish(ax, *, xlabel: str, ylabel: str, title: str = "", legend: bool = True
         ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     if legend and ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=1 if len(ax.get_legend_handles_labels()[0]) < 8 else 2)
+        ax.legend(ncol=1 if len(ax.get_legend_handles_labels()[0]) < 8 else 2, **LEGEND)
 
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
