@@ -16,6 +16,8 @@ from attnum.errors import AttnumInputError
 from attnum.formats import get_format
 from attnum.metrics import ulp
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one thread is faster
+
 U64 = get_format("fp64").eps / 2
 U_BF16 = get_format("bf16").eps / 2
 NAN = math.nan

@@ -21,6 +21,8 @@ from attnum.attention.paged import (
 from attnum.errors import AttnumInputError
 from attnum.metrics import ulp
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one thread is faster
+
 LENS = (300, 129, 5, 0)
 
 

@@ -84,12 +84,15 @@ def check_paged(q, k_pages, v_pages, block_table, cache_seqlens, kv_layout="NHD"
     return k_pages, v_pages, bt, lens, P, max_pages
 
 
-def gather(pages_NPGd: torch.Tensor, table_row: torch.Tensor, L: int) -> torch.Tensor:
+def gather(pages_NPGd: torch.Tensor, table_row: torch.Tensor, L: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Sequence keys (G, L, d) from its pages, in the pool's dtype: only the ceil(L / P) pages it uses,
-    and of the last one only the slots below L."""
+    and of the last one only the slots below L. ``out``: a reused (max_pages, P, G, d) buffer of the
+    pool's dtype to gather into (a fresh tensor per sequence costs page faults, :mod:`attnum.workspace`)."""
     P = pages_NPGd.shape[1]
-    ids = table_row[:math.ceil(L / P)].to(device=pages_NPGd.device, dtype=torch.long)
-    return pages_NPGd.index_select(0, ids).flatten(0, 1)[:L].transpose(0, 1)
+    n = math.ceil(L / P)
+    ids = table_row[:n].to(device=pages_NPGd.device, dtype=torch.long)
+    got = pages_NPGd.index_select(0, ids) if out is None else torch.index_select(pages_NPGd, 0, ids, out=out[:n])
+    return got.flatten(0, 1)[:L].transpose(0, 1)
 
 
 def _tile(block_k: int | None, P: int) -> int:
@@ -140,8 +143,10 @@ def paged_decode_attention(
         raise bad_value("max_seqlen", max_seqlen, f"at least the longest cache_seqlens entry ({max(lens)})")
     mp = default_merge_policy(policy) if merge_policy is None else parse_policy(merge_policy)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    bufs = {name: torch.empty(max_pages, P, G, x.shape[-1], dtype=x.dtype, device=x.device)
+            for name, x in (("k", k_pages), ("v", v_pages))}
     out, lse = decode_sequences(
-        q, lambda b, L: (gather(k_pages, bt[b], L), gather(v_pages, bt[b], L)), lens, G=G, dv=dv,
+        q, lambda b, L: (gather(k_pages, bt[b], L, bufs["k"]), gather(v_pages, bt[b], L, bufs["v"])), lens, G=G, dv=dv,
         is_causal=is_causal, causal_alignment=causal_alignment, scale=scale, policy=policy, num_splits=num_splits,
         max_seqlen=max_seqlen, block_k=Bc, merge_policy=mp, merge_method=merge_method, base=parse_lse_base(lse_base))
     return (out, lse) if return_lse else out
