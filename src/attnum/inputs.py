@@ -5,6 +5,12 @@ Distributions:
 - ``uniform``: U(-sqrt(3), sqrt(3)) entries (unit variance, like ``normal``).
 - ``outlier``: FlashAttention-3's numerics test mix, N(0, 1) + N(0, 100) * Bernoulli(0.001)
   (Shah et al. 2024, Sec. 4.3): rare large entries that stretch the logit range.
+- ``ties``: controlled exact ties at every row's maximum (:func:`tied_rows`): the keys cycle through
+  ``TIE_DISTINCT`` distinct N(0, 1) vectors, so each query's maximum is attained by every copy of one
+  key (S / TIE_DISTINCT of them, in every tile of >= 2 * TIE_DISTINCT keys) in any format; Q, V normal.
+- ``lowrank``: similar low-rank rows (:func:`low_rank_rows`) for Q, K and V: one shared direction plus
+  a rank-``LOW_RANK`` spread of ``LOW_RANK_SPREAD``, the representations Qiu & Yao (arXiv 2510.04212)
+  see emerge in training; their scores differ little, so a narrow format rounds many onto the max.
 
 ``logit_scale`` multiplies Q, so the logits scale * q.k grow by that factor: the knob that moves
 the softmax from near-uniform (small) to near-one-hot (large).
@@ -19,7 +25,10 @@ import torch
 
 from attnum.errors import AttnumInputError
 
-DISTS = ("normal", "uniform", "outlier")
+DISTS = ("normal", "uniform", "outlier", "ties", "lowrank")
+TIE_DISTINCT = 4
+LOW_RANK = 2
+LOW_RANK_SPREAD = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,13 +84,46 @@ def sample(shape: tuple[int, ...], dist: str, generator: torch.Generator, device
         big = torch.randn(shape, generator=generator, dtype=torch.float64) * 10.0  # N(0, 100): std 10
         hit = torch.rand(shape, generator=generator, dtype=torch.float64) < 1e-3
         return (base + big * hit).to(device)
+    if dist == "ties":
+        return tied_rows(shape, TIE_DISTINCT, generator).to(device)
+    if dist == "lowrank":
+        return low_rank_rows(shape, LOW_RANK, LOW_RANK_SPREAD, generator).to(device)
     raise AttnumInputError(f"dist={dist!r} is not allowed; expected one of {DISTS}")
+
+
+def tied_rows(shape: tuple[int, ...], distinct: int, generator: torch.Generator) -> torch.Tensor:
+    """float64 (..., S, d): row j is ``base[j % distinct]`` of ``distinct`` N(0, 1) rows per leading
+    index, so any window of ``r * distinct`` consecutive rows holds each distinct row r times.
+
+    As keys, every score q . k_j repeats exactly (the same dot product): each query's maximum is
+    shared by all ceil(S / distinct) copies of its best key (one fewer at most where S is not a
+    multiple), and a tile of Bc >= 2 * distinct keys holds >= 2 of them.
+    """
+    _positive("distinct", distinct)
+    *lead, S, d = shape
+    base = torch.randn((*lead, distinct, d), generator=generator, dtype=torch.float64)
+    return base[..., torch.arange(S) % distinct, :]
+
+
+def low_rank_rows(shape: tuple[int, ...], rank: int, spread: float, generator: torch.Generator) -> torch.Tensor:
+    """float64 (..., S, d): mu + spread * z_j W / sqrt(rank), with mu (d,) and W (rank, d) N(0, 1)
+    per leading index and z_j (rank,) N(0, 1) per row: rows that share one direction and differ in
+    a rank-``rank`` subspace (cosine ~ 1 / (1 + spread**2) between two rows)."""
+    _positive("rank", rank)
+    if not (math.isfinite(spread) and spread >= 0):
+        raise AttnumInputError(f"spread={spread!r} is not allowed; expected a non-negative finite number")
+    *lead, S, d = shape
+    mu = torch.randn((*lead, 1, d), generator=generator, dtype=torch.float64)
+    w = torch.randn((*lead, rank, d), generator=generator, dtype=torch.float64)
+    z = torch.randn((*lead, S, rank), generator=generator, dtype=torch.float64)
+    return mu + spread * (z @ w) / math.sqrt(rank)
 
 
 def make_qkv(spec: InputSpec, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """float64 q (B, H, N, d), k (B, G, S, d), v (B, G, S, d), identical for a given spec on any device."""
     g = torch.Generator().manual_seed(spec.seed)
-    q = sample((spec.batch, spec.heads, spec.seq_len, spec.head_dim), spec.dist, g, device) * spec.logit_scale
+    qv_dist = "normal" if spec.dist == "ties" else spec.dist  # ties: only the keys repeat
+    q = sample((spec.batch, spec.heads, spec.seq_len, spec.head_dim), qv_dist, g, device) * spec.logit_scale
     k = sample((spec.batch, spec.G, spec.S, spec.head_dim), spec.dist, g, device)
-    v = sample((spec.batch, spec.G, spec.S, spec.head_dim), spec.dist, g, device)
+    v = sample((spec.batch, spec.G, spec.S, spec.head_dim), qv_dist, g, device)
     return q, k, v

@@ -10,6 +10,12 @@ Variants:
 - ``fa1`` (FlashAttention, Dao et al. 2022, Algorithm 1 lines 9-12): per tile, block statistics
   (m~, l~), two rescale factors, and O normalized by l_new and rounded to the output format after
   every tile (it is written back to HBM).
+
+``policy.max_shift == "qiu-yao"`` (Qiu & Yao, arXiv 2510.04212) replaces a tile's row maximum m~ by
+2 m~ (m~ > 0) or 0 (m~ < 0) when more than one of the tile's scores lies within 1e-3 of it
+(:func:`steps.block_max`). The shifted value is what the running m_i carries (as the paper's code
+does), so m_i stays >= every score seen: no exp exceeds 1, alpha <= 1, and lse = m_i + log(l_i) is
+the same log-sum-exp (the backward's recomputed P = exp(S - lse) is unchanged).
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ def flash_forward(
 
 
 def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: Workspace):
-    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    m_new = torch.maximum(m, steps.block_max(s, policy))  # line 9 (a Qiu-Yao shift carries on)
     m_safe = steps.safe_max(m_new)
     p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, m_safe), ws)  # P~_ij
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
@@ -97,7 +103,7 @@ def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: Workspace):
 
 
 def _fa1_step(s, v_j, m, l, o, policy: Policy, ws: Workspace):
-    m_blk = s.amax(dim=-1, keepdim=True)  # m~_ij
+    m_blk = steps.block_max(s, policy)  # m~_ij (or its Qiu-Yao shift)
     p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, steps.safe_max(m_blk)), ws)  # P~_ij
     l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))  # l~_ij
     m_new = torch.maximum(m, m_blk)

@@ -17,7 +17,10 @@ acc          each tile's contribution to dQ, dK, dV and the running sums they ar
 out          dQ, dK, dV as returned (the softmax scale is applied here, as FA2 does at the end)
 ============ ===================================================================================
 
-``rescale`` is unused: with the final LSE there is no running maximum to correct.
+``rescale`` is unused: with the final LSE there is no running maximum to correct. For the same
+reason ``max_shift`` needs no step here: P_j = exp(S_j - L) is the normalized softmax, whose entries on
+a row with k >= 2 scores at the maximum are <= 1/k (never the forward's exact 1s), and a forward under
+``qiu-yao`` forms L from its shifted statistics, m' + log(l') with l' = l e^(m - m'), the same L.
 dK_j and dV_j sum over query blocks of ``Br`` rows in order, each partial rounded at ``acc`` (as
 FA2's per-KV-tile loop over query blocks does); dQ sums over KV tiles in ``kv_order`` (the forward's ``kv_tile_order``).
 """
@@ -73,8 +76,11 @@ def flash_backward(
     Bc: int,
     Br: int | None = None,
     kv_order: str = "forward",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dQ (B,H,N,d), dK (B,G,S,d), dV (B,G,S,dv)) in the policy's carrier dtype, on the ``out`` grid.
+    return_delta: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """(dQ (B,H,N,d), dK (B,G,S,d), dV (B,G,S,dv)) in the policy's carrier dtype, on the ``out`` grid;
+    with ``return_delta`` also D = rowsum(dO * O) (B, H, N) on the ``row_sum`` grid (the delta of
+    Algorithm 2 line 4, through which the forward's error in O enters every dS).
 
     ``mk``: the call's masking (``masks.masking``), cut per KV tile here; ``out`` and ``lse`` are the
     forward's output and log-sum-exp (natural log). Q, K, V and dO go through the input preamble
@@ -112,11 +118,8 @@ def flash_backward(
     if G != H:  # GQA: a KV head's gradient is the sum over the query heads that read it
         dk = dk.view(B, G, H // G, S, d).sum(dim=2)
         dvv = dvv.view(B, G, H // G, S, dv).sum(dim=2)
-    return (
-        policy.round("out", dq * scale),
-        policy.round("out", dk * scale),
-        policy.round("out", dvv),
-    )
+    grads = (policy.round("out", dq * scale), policy.round("out", dk * scale), policy.round("out", dvv))
+    return (*grads, D_BHN1.squeeze(-1)) if return_delta else grads
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -142,6 +142,42 @@ def safe_max(m: torch.Tensor) -> torch.Tensor:
     return torch.where(m == float("-inf"), torch.zeros_like(m), m)
 
 
+# Qiu & Yao's fix (arXiv 2510.04212; ucker/why-low-precision-training-fails, attention.py l.83-89):
+# a tile row with more than one score within QIU_YAO_TOL of its maximum m is shifted by
+# QIU_YAO_BETA * m (m > 0) or 0 (m < 0) instead of m.
+QIU_YAO_TOL = 1e-3  # absolute, in logit units (the scores S = scale * Q K^T on the ``scores`` grid)
+QIU_YAO_BETA = 2.0
+
+
+def shift_limit(policy: Policy) -> float:
+    """The largest |m| the Qiu-Yao shift is applied at: -ln(tiny) of the narrowest of the formats
+    holding P~ and l (``exp``, ``probs``, ``row_sum``). The shifted maximum entry is exp(-|m|); beyond
+    this it would leave the normal range (bf16/fp32: |m| > 87.34; fp16: 9.70; e4m3fn: 4.16) and, a
+    little further, round to 0 with the whole row, which would then read as an empty row."""
+    return min(-math.log(getattr(policy, site).tiny) for site in ("exp", "probs", "row_sum"))
+
+
+def block_max(s: torch.Tensor, policy: Policy) -> torch.Tensor:
+    """The shift of one tile's rows (B, H, N, 1): the row maximum m~ of ``s`` (B, H, N, Bc), or under
+    ``policy.max_shift == "qiu-yao"`` Qiu & Yao's shifted maximum (:func:`qiu_yao_shift`)."""
+    m = s.amax(dim=-1, keepdim=True)
+    if policy.max_shift == "none":
+        return m
+    return qiu_yao_shift(s, m, limit=shift_limit(policy))
+
+
+def qiu_yao_shift(s: torch.Tensor, m: torch.Tensor, *, tol: float = QIU_YAO_TOL,
+                  limit: float = math.inf) -> torch.Tensor:
+    """m' = 2m (m > 0) or 0 (m < 0) on rows where more than one score s_j has m - s_j <= ``tol``
+    (the max itself included; m - s_j in the carrier, exact by Sterbenz whenever it is <= tol for
+    |m| >= 2 tol), and |m| <= ``limit``; m elsewhere, and where m = 0 (2 * 0 = 0: ties at 0 keep
+    their exact 1s). m' >= m always, so every exp(s - m') <= exp(-|m|) < 1 on a shifted row.
+    Rows with no unmasked key (m = -inf) count no score (-inf - -inf is NaN) and keep m."""
+    near = ((m - s) <= tol).sum(dim=-1, keepdim=True)
+    shift = (near > 1) & (m.abs() <= limit)
+    return torch.where(shift, torch.where(m > 0, QIU_YAO_BETA * m, torch.zeros_like(m)), m)
+
+
 def pv(
     p_BHNS: torch.Tensor, v_BHSd: torch.Tensor, policy: Policy, ws: Workspace | None = None,
     p_grid: FloatFormat | None = None, rnd=round_to,
