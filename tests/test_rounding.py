@@ -179,3 +179,11 @@ def test_in_place_rounding_matches_round_to(name, dtype):
         ok = ~want.isnan()
         assert torch.equal(got.isnan(), want.isnan())
         assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit())
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "e2m1fn", "fp32"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_tensors_round_to_empty(fmt, dtype):
+    x = torch.empty(0, 3, dtype=dtype)
+    out = round_to(x, fmt)
+    assert out.shape == (0, 3) and out.dtype == dtype

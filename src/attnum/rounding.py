@@ -169,6 +169,8 @@ def _round_in_place(x, fmt: FloatFormat, mode: str, generator, saturate: bool, w
     an integer, multiply back. Nearest-even and truncation are symmetric in the sign and
     floor(y + U[0,1)) is unbiased for either sign, so the sign never needs splitting off.
     """
+    if x.numel() == 0:
+        return x
     shift, bias, itype = (23, 127, torch.int32) if x.dtype == torch.float32 else (52, 1023, torch.int64)
     lo, hi = torch.aminmax(x)
     # Only an input beyond max can round beyond max; NaN and inf land here too (comparisons fail).
