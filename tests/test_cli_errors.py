@@ -83,7 +83,7 @@ def test_input_error_raised_inside_a_study_is_still_exit_2(temp_dir, monkeypatch
     (["runs", "{tmp}/no-store"], "out="),
     (["sweep", "{tmp}/missing.toml", "--out", "{tmp}/o"], "spec="),
     (["diverge", "--checkpoints", "{tmp}/A", "{tmp}/B", "--out", "{tmp}/o"], "A"),
-    (["diverge", "--init-seed", "3", "--alt-seed", "3", "--out", "{tmp}/o"], "alt_seed=3"),
+    (["diverge", "--seeds", "3,3", "--out", "{tmp}/o"], "seeds='3,3'"),
     (["validate", "--formats", "e5m2"], "format='e5m2'"),
     (["validate", "--seq-lens", "1,x"], "seq_lens='1,x'"),
 ])

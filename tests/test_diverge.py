@@ -17,22 +17,39 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("workload", ["digits", "lm"])
 def test_diverge_runs_write_curves_report_and_headline(tmp_path, capsys, workload):
     out = tmp_path / "dv"
-    rc = main(["diverge", "--workload", workload, "--steps", "6", "--ckpt-every", "3", "--out", str(out),
-               "--attention", "flash:fa2:bf16"])
-    assert rc == 0
+    args = ["diverge", "--workload", workload, "--steps", "6", "--ckpt-every", "3", "--out", str(out),
+            "--seeds", "0,1"]
+    assert main(args) == 0
     text = capsys.readouterr().out
     for name in ("results.json", "index.html", "fig_w1.png", "fig_w1.svg", "fig_max_abs.png", "fig_loss.svg"):
         assert (out / name).is_file(), name
     res = json.loads((out / "results.json").read_text())
-    assert set(res["runs"]) == {"baseline", "flash", "seed", "lowprec"}
-    f, low = res["curves"]["flash"], res["curves"]["lowprec"]
-    assert f["step"] == [0, 3, 6]
-    assert f["max_abs"][0] == 0  # same init and no step yet
-    want = f["w1"][-1] / low["w1"][-1]
-    assert res["headline"]["ratios"]["lowprec"]["w1"] == pytest.approx(want)
-    assert f"flash / low-precision W1 at step 6: {want:.3g}" in text
-    assert "<svg" in (out / "index.html").read_text()
+    assert set(res["runs"]) == {f"{k}-s{s}" for k in ("baseline", "flash", "lowprec") for s in (0, 1)}
+    # The default pairing: flash and baseline at the same low precision, as the paper does.
+    assert res["runs"]["flash-s0"]["attention"] == "flash:uniform:bf16"
+    assert res["runs"]["baseline-s0"]["attention"] == "baseline:uniform:bf16"
+    assert res["curves"]["0"]["seed"]["runs"] == ["baseline-s0", "baseline-s1"]
+    per = []
+    for seed in ("0", "1"):
+        f, low = res["curves"][seed]["flash"], res["curves"][seed]["lowprec"]
+        assert f["step"] == [0, 3, 6] and f["max_abs"][0] == 0  # same init and no step yet
+        want = f["w1"][-1] / low["w1"][-1]
+        assert res["headline"]["per_seed"][seed]["ratios"]["lowprec"]["w1"] == pytest.approx(want)
+        per.append(want)
+    spread = res["headline"]["ratios"]["lowprec"]["w1"]
+    assert (spread["min"], spread["max"], spread["n"]) == (pytest.approx(min(per)), pytest.approx(max(per)), 2)
+    assert f"flash / low-precision W1 at step 6: {spread['median']:.3g} (seeds: " in text
+    assert res["headline"]["sentence"].startswith("Over 2 seeds at step 6, by W1 flash's deviation ")
+    assert res["headline"]["sentence"] in text
+    page = (out / "index.html").read_text()
+    assert "<svg" in page and "max|dW| at the last step" in page and "Growth over steps" in page
     assert all(math.isfinite(x) for r in res["runs"].values() for x in r["losses"])
+    # Resume: a finished run is reused, an interrupted one (no log yet) is trained again.
+    (out / "runs" / "flash-s1" / "log.json").unlink()
+    assert main(args) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert [k for k, r in again["runs"].items() if not r["reused"]] == ["flash-s1"]
+    assert again["headline"]["ratios"] == res["headline"]["ratios"]  # bit-identical retraining
 
 
 def _folder(path, tensors: dict, step: int = 0):
@@ -89,6 +106,11 @@ def test_corrupt_checkpoint_exits_2_naming_the_file(tmp_path, capsys):
 def test_bad_workload_exits_2(tmp_path, capsys):
     assert main(["diverge", "--workload", "imagenet", "--out", str(tmp_path)]) == 2
     assert "workload='imagenet'" in capsys.readouterr().err
+
+
+def test_one_seed_is_refused(tmp_path, capsys):
+    assert main(["diverge", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert "seeds='0'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("spec", ["nope", "flash:notaformat", "torch-sdpa-efficient"])

@@ -11,6 +11,7 @@ from attnum.training.checkpoints import checkpoint_name, list_checkpoints, load_
 from attnum.training.data import CAPTION_TEMPLATES, DigitsData, TextData, caption, shard
 from attnum.training.diverge import headline, workload_config
 from attnum.training.divergence import weight_divergence
+from attnum.training.headline import summarise
 from attnum.training.loop import RunConfig, train
 
 
@@ -137,6 +138,25 @@ def test_headline_is_computed_from_the_curves():
     assert h["ratios"]["seed"]["max_abs"] == pytest.approx(2e-4)
     assert "flash / low-precision W1 at step 20: 0.2" in h["lines"]
     assert np.isnan(h["ratios"]["seed"]["w1_rate"])  # a flat proxy curve has no growth rate to divide by
+
+
+def _head(w1, max_abs, rate=0.5, seed_growth=0.0):
+    r = {"w1": w1, "max_abs": max_abs, "w1_rate": rate, "max_abs_rate": rate, "proxy_growth": seed_growth}
+    return {"step": 20, "ratios": {"seed": dict(r, w1=w1 / 10, max_abs=max_abs / 10), "lowprec": r},
+            "slopes": {}, "lines": []}
+
+
+def test_headline_sentence_follows_the_numbers():
+    below = summarise({0: _head(0.45, 1.2), 1: _head(0.49, 2.0), 2: _head(0.47, 1.5)})
+    assert below["ratios"]["lowprec"]["w1"] == {"median": 0.47, "min": 0.45, "max": 0.49, "n": 3}
+    text = below["sentence"]
+    assert text.startswith("Over 3 seeds at step 20, by W1 flash's deviation stays below the different-init")
+    assert "and stays below the low-precision deviation (0.47x)" in text
+    assert "by max|dW| flash's deviation stays below the different-init deviation (0.15x) and exceeds the " \
+           "low-precision deviation (1.5x)" in text
+    assert "it measures the init, not training" in text  # the different-init W1 did not move
+    mixed = summarise({0: _head(0.9, 0.9, seed_growth=3.0), 1: _head(1.1, 1.1, seed_growth=3.0)})
+    assert "straddles" in mixed["sentence"] and "measures the init" not in mixed["sentence"]
 
 
 def test_attention_this_machine_cannot_run_fails_before_training(tmp_path):

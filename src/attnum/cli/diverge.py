@@ -17,22 +17,28 @@ def register(app: typer.Typer) -> None:
     def diverge(
         workload: str = typer.Option("digits", help="digits (caption-conditioned diffusion) or lm (byte LM)."),
         profile: str = typer.Option("quick", help="quick (minutes on 2 CPU cores) or full."),
-        attention: str = typer.Option("flash:fp32", help="Candidate: flash:POLICY, baseline:POLICY, eager, or a kernel name."),
-        baseline: str = typer.Option("eager", help="Reference attention of the baseline run."),
+        attention: str = typer.Option(
+            "flash:uniform:bf16", help="Candidate: flash:POLICY, baseline:POLICY, eager, or a kernel name (default: "
+                                       "flash with every site in bf16, the paper's pairing)."),
+        baseline: str = typer.Option("baseline:uniform:bf16",
+                                     help="Reference attention of the baseline runs (default: the same low precision)."),
         block_q: int | None = typer.Option(None, help="Query tile Br of a flash:POLICY candidate."),
         block_k: int | None = typer.Option(8, help="Key/value tile Bc of a flash:POLICY candidate."),
         low_precision: str = typer.Option("bf16", help="Autocast dtype of the low-precision run: bf16 or fp16."),
         steps: int | None = typer.Option(None, help="Override the profile's step count."),
         ckpt_every: int | None = typer.Option(None, help="Override the profile's checkpoint interval K."),
-        init_seed: int = typer.Option(0, help="Init seed of baseline, flash and low-precision runs."),
-        alt_seed: int = typer.Option(1, help="Init seed of the different-init run."),
+        seeds: str = typer.Option("0,1,2", help="Init seeds, comma-separated (>= 2): one baseline, flash and "
+                                                "low-precision run each; the different-init proxy pairs each "
+                                                "seed's baseline with the next seed's."),
         data_seed: int = typer.Option(0, help="Data order seed (the same in every run)."),
         out: Path = typer.Option(DEFAULT_OUT, help="Output folder (runs, results.json, figures, index.html)."),  # noqa: B008
         checkpoints: tuple[Path, Path] | None = typer.Option(
             None, help="Compare two checkpoint folders A B instead of training (safetensors or torch state dicts)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     ) -> None:
-        """Train flash vs baseline, a different init seed, and low precision; compare the weights."""
+        """Train flash vs baseline, a different init seed, and low precision per seed; compare the weights.
+
+        Re-running with the same flags and --out reuses every finished run (resume after an interruption)."""
         if checkpoints:
             from attnum.training.folder_compare import compare_folders
             from attnum.training.report import write_checkpoint_report
@@ -45,23 +51,27 @@ def register(app: typer.Typer) -> None:
             return
         from attnum.training.diverge import DivergeConfig, run_diverge
 
-        try:
-            cfg = DivergeConfig(
-                workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,
-                block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
-                init_seed=init_seed, alt_seed=alt_seed, data_seed=data_seed, out=out,
-            )
-        except ValueError as err:
-            # DivergeConfig only validates these flags, but some of its checks still raise a bare
-            # ValueError (training/diverge.py); until they raise AttnumInputError, they are input here.
-            raise AttnumInputError(str(err)) from None
+        cfg = DivergeConfig(
+            workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,
+            block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
+            seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out,
+        )
         summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
         if as_json:
-            print(json.dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
+            head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
+            print(json.dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))
             return
         for line in summary["headline"]["lines"]:
             print(line)
+        print(summary["headline"]["sentence"])
         print(f"wall time {summary['wall_s']:.1f} s; report: {out / 'index.html'}")
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise AttnumInputError(f"{name}={text!r} is not allowed; expected comma-separated integers") from None
 
 
 def _folders_text(result: dict) -> str:

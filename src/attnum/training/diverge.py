@@ -1,29 +1,37 @@
 """The paper's Stage 2: does flash attention's deviation matter for the weights?
 
-Four runs of one workload, identical data order (``data_seed``):
+For each init seed ``s`` of ``seeds``, three runs of one workload with one data order (``data_seed``):
 
-- ``baseline``: the reference attention (default ``eager``: softmax(QK^T)V op by op, fp32);
-- ``flash``: the candidate attention, everything else equal (comparison a);
-- ``seed``: the baseline with a different init seed (comparison b, a difference everyone accepts);
-- ``lowprec``: the baseline under bf16 (or fp16) autocast (comparison c, a difference known to matter).
+- ``baseline-s``: the reference attention, by default the paper's baseline at low precision
+  (``baseline:uniform:bf16``: materialised softmax, every site rounded to bf16);
+- ``flash-s``: flash attention at the *same* precision (``flash:uniform:bf16``), everything else
+  equal (comparison a) -- the paper's pairing, so the difference is the algorithm, not the dtype;
+- ``lowprec-s``: the baseline with the whole model under bf16 (or fp16) autocast (comparison c, a
+  difference known to matter).
 
-Each of flash/seed/lowprec is compared with ``baseline`` at every checkpoint (max |dW| and W1, see
-``divergence``), and the headline divides flash's figures by each proxy's, from the data.
+The different-init proxy (comparison b, a difference everyone accepts) pairs ``baseline-s`` with the
+baseline of the next seed. Every comparison is made at every checkpoint (max |dW| and W1, see
+``divergence``); the headline divides flash's figures by each proxy's, per seed, and gives their
+spread over the seeds (:mod:`attnum.training.headline`).
+
+Runs resume: a run whose ``log.json`` records this exact configuration is finished and is not
+trained again (an interrupted run has no log and is retrained from its start), as a sweep skips
+its done points.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from attnum.errors import bad_value
+from attnum.errors import AttnumInputError, bad_value
 from attnum.kernels.registry import require
 from attnum.training.checkpoints import checkpoint_name, load_state
 from attnum.training.divergence import weight_divergence
-from attnum.training.loop import PRECISIONS, RunConfig, train
+from attnum.training.headline import headline, summarise
+from attnum.training.loop import PRECISIONS, RunConfig, finished, train
 from attnum.training.models import ModelConfig
 from attnum.training.workloads import WORKLOADS, WorkloadConfig
 
@@ -32,6 +40,7 @@ PROFILES: dict[str, dict[str, int]] = {
     "full": {"steps": 3000, "ckpt_every": 100},
 }
 COMPARISONS = {"flash": "flash vs baseline", "seed": "different init seed", "lowprec": "low precision"}
+__all__ = ["COMPARISONS", "PROFILES", "DivergeConfig", "headline", "run_configs", "run_diverge", "workload_config"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,15 +49,14 @@ class DivergeConfig:
 
     workload: str = "digits"
     profile: str = "quick"
-    attention: str = "flash:fp32"
-    baseline: str = "eager"
+    attention: str = "flash:uniform:bf16"
+    baseline: str = "baseline:uniform:bf16"
     block_q: int | None = None
     block_k: int | None = 8  # small KV tiles so the online softmax rescales several times per row
     low_precision: str = "bf16"
     steps: int | None = None
     ckpt_every: int | None = None
-    init_seed: int = 0
-    alt_seed: int = 1
+    seeds: tuple[int, ...] = (0, 1, 2)
     data_seed: int = 0
     out: Path = Path("runs/diverge")
 
@@ -59,8 +67,11 @@ class DivergeConfig:
             raise bad_value("profile", self.profile, " | ".join(PROFILES))
         if self.low_precision not in PRECISIONS or self.low_precision == "fp32":
             raise bad_value("low_precision", self.low_precision, "bf16 | fp16")
-        if self.alt_seed == self.init_seed:
-            raise ValueError(f"alt_seed={self.alt_seed} must differ from init_seed={self.init_seed}")
+        seeds = tuple(self.seeds)
+        if len(seeds) < 2 or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
+            raise bad_value("seeds", ",".join(map(str, seeds)), "at least two distinct non-negative init seeds "
+                            "(the different-init proxy pairs each seed's baseline with the next seed's)")
+        object.__setattr__(self, "seeds", seeds)
         # Fail before any training: unknown names, bad policies, kernels this machine cannot run
         # (the runs train on the CPU).
         require(self.attention, "cpu", param="attention")
@@ -68,7 +79,7 @@ class DivergeConfig:
         for name in ("steps", "ckpt_every", "block_q", "block_k"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"{name}={value} must be positive")
+                raise AttnumInputError(f"{name}={value!r} is not allowed; expected a positive integer")
 
     @property
     def resolved_steps(self) -> int:
@@ -87,73 +98,51 @@ def workload_config(name: str) -> WorkloadConfig:
 
 
 def run_configs(cfg: DivergeConfig) -> dict[str, RunConfig]:
-    base = RunConfig(
-        name="baseline", workload=workload_config(cfg.workload), steps=cfg.resolved_steps,
-        ckpt_every=cfg.resolved_ckpt_every, init_seed=cfg.init_seed, data_seed=cfg.data_seed,
-        attention=cfg.baseline,
-    )
-    return {
-        "baseline": base,
-        "flash": replace(base, name="flash", attention=cfg.attention, block_q=cfg.block_q, block_k=cfg.block_k),
-        "seed": replace(base, name="seed", init_seed=cfg.alt_seed),
-        "lowprec": replace(base, name="lowprec", precision=cfg.low_precision),
-    }
+    """Every run by name: ``baseline-s``, ``flash-s`` and ``lowprec-s`` for each seed s."""
+    out = {}
+    for s in cfg.seeds:
+        base = RunConfig(
+            name=f"baseline-s{s}", workload=workload_config(cfg.workload), steps=cfg.resolved_steps,
+            ckpt_every=cfg.resolved_ckpt_every, init_seed=s, data_seed=cfg.data_seed, attention=cfg.baseline,
+        )
+        out[base.name] = base
+        out[f"flash-s{s}"] = replace(base, name=f"flash-s{s}", attention=cfg.attention, block_q=cfg.block_q,
+                                     block_k=cfg.block_k)
+        out[f"lowprec-s{s}"] = replace(base, name=f"lowprec-s{s}", precision=cfg.low_precision)
+    return out
 
 
-def divergence_curves(run_dir: Path, steps: list[int]) -> dict[str, dict[str, list[float]]]:
-    """For each comparison: step, max_abs, w1, w1_mean lists against the baseline run, and
-    ``per_tensor[name]`` = {"max_abs": [...], "w1": [...]} over the same steps."""
+def pairs(cfg: DivergeConfig) -> dict[int, dict[str, tuple[str, str]]]:
+    """seed -> comparison -> (reference run, other run)."""
+    seeds = cfg.seeds
+    return {s: {"flash": (f"baseline-s{s}", f"flash-s{s}"),
+                "seed": (f"baseline-s{s}", f"baseline-s{seeds[(i + 1) % len(seeds)]}"),
+                "lowprec": (f"baseline-s{s}", f"lowprec-s{s}")} for i, s in enumerate(seeds)}
+
+
+def divergence_curves(run_dir: Path, steps: list[int], comparisons: dict[str, tuple[str, str]]) -> dict:
+    """For each comparison (ref, other): step, max_abs, w1, w1_mean lists, and ``per_tensor[name]`` =
+    {"max_abs": [...], "w1": [...]} over the same steps."""
     curves: dict[str, dict] = {}
-    for other in COMPARISONS:
-        c: dict = {"step": [], "max_abs": [], "w1": [], "w1_mean": [], "per_tensor": {}}
+    for name, (ref, other) in comparisons.items():
+        c: dict = {"step": [], "max_abs": [], "w1": [], "w1_mean": [], "per_tensor": {}, "runs": [ref, other]}
         for step in steps:
-            a = load_state(run_dir / "baseline" / "ckpt" / checkpoint_name(step))
+            a = load_state(run_dir / ref / "ckpt" / checkpoint_name(step))
             b = load_state(run_dir / other / "ckpt" / checkpoint_name(step))
             div = weight_divergence(a, b)
             c["step"].append(step)
             for key in ("max_abs", "w1", "w1_mean"):
                 c[key].append(getattr(div, key))
-            for name, m in div.per_tensor.items():
-                t = c["per_tensor"].setdefault(name, {"max_abs": [], "w1": []})
+            for tensor, m in div.per_tensor.items():
+                t = c["per_tensor"].setdefault(tensor, {"max_abs": [], "w1": []})
                 t["max_abs"].append(m["max_abs"])
                 t["w1"].append(m["w1"])
-        curves[other] = c
+        curves[name] = c
     return curves
 
 
-def _slope(xs: list[float], ys: list[float]) -> float:
-    """Least-squares growth rate dy/dstep (the paper's "rate of weight deviation")."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    var = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else float("nan")
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b and math.isfinite(b) else float("nan")
-
-
-def headline(curves: dict[str, dict[str, list[float]]]) -> dict:
-    """Flash's deviation relative to each proxy at the last step, and of the growth rates."""
-    f = curves["flash"]
-    last = f["step"][-1]
-    out: dict = {"step": last, "ratios": {}, "lines": []}
-    for proxy, label in (("seed", "different-init"), ("lowprec", "low-precision")):
-        p = curves[proxy]
-        r = {
-            "w1": _ratio(f["w1"][-1], p["w1"][-1]),
-            "max_abs": _ratio(f["max_abs"][-1], p["max_abs"][-1]),
-            "w1_rate": _ratio(_slope(f["step"], f["w1"]), _slope(p["step"], p["w1"])),
-        }
-        out["ratios"][proxy] = r
-        out["lines"].append(f"flash / {label} W1 at step {last}: {r['w1']:.3g}")
-        out["lines"].append(f"flash / {label} max|dW| at step {last}: {r['max_abs']:.3g}")
-        out["lines"].append(f"flash / {label} W1 growth rate: {r['w1_rate']:.3g}")
-    return out
-
-
 def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
-    """Train the four runs, compare them, write results.json + figures + index.html into ``cfg.out``."""
+    """Train (or reuse) every run, compare them, write results.json + figures + index.html into ``cfg.out``."""
     from attnum.training.report import write_report
 
     out = Path(cfg.out)
@@ -162,18 +151,26 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
     runs = run_configs(cfg)
     results = {}
     for key, rc in runs.items():
-        log(f"training {key}: attention={rc.attention} precision={rc.precision} init_seed={rc.init_seed}")
-        r = train(rc, run_dir)
-        results[key] = {"losses": r.losses, "wall_s": r.wall_s, "attention": rc.attention,
-                        "precision": rc.precision, "init_seed": rc.init_seed}
-        log(f"  {r.wall_s:.1f} s, final loss {r.losses[-1]:.4f}")
-    curves = divergence_curves(run_dir, runs["baseline"].checkpoint_steps())
-    head = headline(curves)
+        done = finished(rc, run_dir)
+        if done is not None:
+            log(f"{key}: finished earlier ({done['wall_s']:.1f} s), reused")
+            losses, wall = done["losses"], done["wall_s"]
+        else:
+            log(f"training {key}: attention={rc.attention} precision={rc.precision} init_seed={rc.init_seed}")
+            r = train(rc, run_dir)
+            losses, wall = r.losses, r.wall_s
+            log(f"  {wall:.1f} s, final loss {losses[-1]:.4f}")
+        results[key] = {"losses": losses, "wall_s": wall, "attention": rc.attention, "precision": rc.precision,
+                        "init_seed": rc.init_seed, "reused": done is not None}
+    steps = next(iter(runs.values())).checkpoint_steps()
+    curves = {s: divergence_curves(run_dir, steps, comps) for s, comps in pairs(cfg).items()}
+    head = summarise({s: headline(c) for s, c in curves.items()})
     summary = {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "config": {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+                   for k, v in asdict(cfg).items()},
         "runs": results,
-        "curves": curves,
-        "headline": head,
+        "curves": {str(s): c for s, c in curves.items()},
+        "headline": {**head, "per_seed": {str(s): h for s, h in head["per_seed"].items()}},
         "wall_s": time.perf_counter() - t0,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -140,9 +140,29 @@ def _train(cfg: RunConfig, out_dir: Path) -> RunResult:
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         log = {"config": _jsonable(asdict(cfg)), "losses": losses, "wall_s": wall, "world_size": world}
-        (run_dir / "log.json").write_text(json.dumps(log, indent=1))
+        tmp = run_dir / "log.json.tmp"
+        tmp.write_text(json.dumps(log, indent=1))
+        tmp.replace(run_dir / "log.json")  # the log appears last and whole: it marks the run finished
     return RunResult(name=cfg.name, ckpt_dir=ckpt_dir, losses=losses, wall_s=wall,
                      final_state={k: v.detach().cpu().clone() for k, v in inner.state_dict().items()})
+
+
+def finished(cfg: RunConfig, out_dir: Path) -> dict | None:
+    """The log of an earlier run of exactly ``cfg`` in ``out_dir`` with all its checkpoints, else None.
+
+    ``log.json`` is written after the last checkpoint, so a run interrupted at any point has none and
+    is trained again from its start; a log of another configuration under the same name is ignored.
+    """
+    run_dir = Path(out_dir) / cfg.name
+    try:
+        log = json.loads((run_dir / "log.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if log.get("config") != _jsonable(asdict(cfg)) or len(log.get("losses", ())) != cfg.steps:
+        return None
+    if not all((run_dir / "ckpt" / checkpoint_name(step)).is_file() for step in cfg.checkpoint_steps()):
+        return None
+    return log
 
 
 def _jsonable(obj):
