@@ -252,3 +252,16 @@ def test_bad_input_is_one_line():
         P(noise="gauss")
     with pytest.raises(AttnumInputError):
         block_index(torch.tensor([[0, 8, -1]]), 8)
+
+
+def test_cli_spec(capsys):
+    from attnum.cli import main
+
+    assert main(["spec", "--vocab", "8", "--k", "1,2", "--format", "fp32,bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "bf16" in out and "tv_plain" in out
+    assert main(["spec", "--vocab", "64", "--k", "4"]) == 2
+    assert "--monte-carlo" in capsys.readouterr().err
+    assert main(["spec", "--vocab", "64", "--k", "4", "--monte-carlo", "2000", "--format", "e4m3fn"]) == 0
+    assert "mc_floor" in capsys.readouterr().out
+    assert main(["spec", "--k", "0"]) == 2

@@ -31,7 +31,7 @@ _COMMAND_MODULES = (
     "diverge",
     "decode",
     "audit", "scan",
-    "spec",
+    "spec", "ring",
     "fp8_table",
 )
 

@@ -86,23 +86,25 @@ def run_ranks(fn, world_size: int, *, args: tuple = (), backend: str = "gloo", t
         else:
             os.environ["OMP_NUM_THREADS"] = omp
     results: dict[int, object] = {}
+    errors: list[str] = []  # in the order they arrived
     deadline = time.monotonic() + timeout
     try:
         while len(results) < world_size:
-            try:
-                msg = out.get(timeout=0.2)
-            except queue.Empty:
-                msg = None
-            if msg is not None:
-                if msg[1] == "error":
-                    raise RankFailed(f"rank {msg[0]} of {world_size} failed: {msg[2]}")
-                results[msg[0]] = _load(msg[2])
-                continue
-            for r, p in enumerate(procs):
-                if r not in results and p.exitcode is not None:
-                    _drain(out, results)
-                    if r not in results:
-                        raise RankFailed(f"rank {r} of {world_size} died with exit code {p.exitcode} before reporting")
+            _poll(out, results, errors, 0.2, world_size)
+            silent = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
+            if errors or silent:
+                # A failure cascades (the others see a reset connection): collect for a moment, then
+                # name the cause first -- a rank that died without a word, else the first error.
+                end = time.monotonic() + 2.0
+                while time.monotonic() < end:
+                    _poll(out, results, errors, 0.1, world_size)
+                silent = [r for r, p in enumerate(procs)
+                          if r not in results and p.exitcode not in (None, 0) and not any(
+                              e.startswith(f"rank {r} ") for e in errors)]
+                causes = [f"rank {r} of {world_size} died with exit code {procs[r].exitcode} before reporting"
+                          for r in silent] + errors
+                more = f" (and {len(causes) - 1} more: {'; '.join(causes[1:])})" if len(causes) > 1 else ""
+                raise RankFailed(causes[0] + more)
             if time.monotonic() > deadline:
                 missing = sorted(set(range(world_size)) - set(results))
                 raise RankFailed(f"ranks {missing} of {world_size} gave no result within {timeout:.0f} s")
@@ -119,17 +121,19 @@ def run_ranks(fn, world_size: int, *, args: tuple = (), backend: str = "gloo", t
                 p.join()
 
 
-def _drain(out, results: dict) -> None:
-    """Results a rank put on the queue just before exiting (its message may arrive after its exit)."""
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
+def _poll(out, results: dict, errors: list, timeout: float, world_size: int) -> None:
+    """Take every message waiting on the queue (waiting up to ``timeout`` for the first)."""
+    wait = timeout
+    while True:
         try:
-            msg = out.get(timeout=0.1)
+            msg = out.get(timeout=wait) if wait else out.get_nowait()
         except queue.Empty:
-            continue
+            return
+        wait = 0
         if msg[1] == "error":
-            raise RankFailed(f"rank {msg[0]} failed: {msg[2]}")
-        results[msg[0]] = _load(msg[2])
+            errors.append(f"rank {msg[0]} of {world_size} failed: {msg[2]}")
+        else:
+            results[msg[0]] = _load(msg[2])
 
 
 def _load(data: bytes):
