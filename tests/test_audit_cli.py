@@ -128,3 +128,13 @@ def test_pass_above_80_percent_is_flagged_near_bound():
     assert verdict_text(row(0.87)) == "pass (87%) near bound" and row(0.87).near_bound
     assert verdict_text(row(0.5)) == "pass" and not row(0.5).near_bound
     assert verdict_text(row(1.3, "fail")) == "fail"
+
+
+def test_assert_attention_close_refuses_a_target_that_tested_nothing():
+    from attnum.testing import assert_attention_close
+
+    def refuses(*args, **kwargs):
+        raise NotImplementedError("not implemented for this input")
+
+    with pytest.raises(AssertionError, match="tested nothing"):
+        assert_attention_close(refuses, dtypes="bf16", probes="odd-lengths")

@@ -36,17 +36,20 @@ def assert_attention_close(
     empty_rows: str = "zeros",
     seed: int = 0,
 ) -> AuditReport:
-    """Run the audit on ``fn``; raise AssertionError on any failing probe; return the report."""
+    """Run the audit on ``fn``; raise AssertionError on any failing probe, or when nothing was tested
+    (every case refused); return the report."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     cfg = AuditConfig(target=name, dtypes=tuple(dtypes) if not isinstance(dtypes, str) else dtypes,
                       device=device, probes=tuple(probes) if probes is not None and not isinstance(probes, str)
                       else probes, strict=strict, k=k, k_grad=k_grad, floor_ulps=floor_ulps,
                       empty_rows=empty_rows, seed=seed)
     report = run_audit(cfg, target=fn)
+    if not report.available:
+        raise AssertionError(f"attnum tested nothing for {name}: {report.reason}")
     bad = [r for r in report.results if not r.passed]
     if bad:
-        head = (f"{len(bad)} attnum probe(s) failed for {name} "
-                f"(rule: err <= {k:g} x baseline + {floor_ulps:g} ulp; gradients {k_grad:g} x):")
+        head = (f"{len(bad)} attnum probe(s) failed for {name} (rule: err <= {k:g} x baseline "
+                f"+ {floor_ulps:g} ulp + the rounding floor of the summed terms; gradients {k_grad:g} x):")
         lines = [head]
         lines += [f"  {r.name} [{r.dtype}] {r.status}: target_error={r.target_error:.3g} "
                   f"baseline_error={r.baseline_error:.3g} bound={r.bound:.3g} - {r.note}" for r in bad]

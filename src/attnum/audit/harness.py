@@ -19,6 +19,7 @@ from attnum.attention import masks
 from attnum.audit import reference, terms
 from attnum.audit.verdict import SEVERITY, Verdict, judge
 from attnum.formats import FloatFormat
+from attnum.rounding import round_to
 
 EMPTY_ROW_CONVENTIONS = ("zeros", "nan")
 PROBE_KINDS = ("forward", "backward", "behaviour")
@@ -106,8 +107,9 @@ class ProbeContext:
         return torch.randn(*shape, generator=self.generator(salt), dtype=torch.float64)
 
     def cast(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Round float64 inputs to the audited dtype (the values every reference then sees)."""
-        return tuple(x.to(self.dtype) for x in xs)
+        """Round float64 inputs to the audited dtype (the values every reference then sees): once,
+        correctly, by ``round_to`` -- torch's float64 -> bf16/fp16 cast rounds twice through float32."""
+        return tuple(round_to(x.double(), self.fmt).to(self.dtype) for x in xs)
 
     def call(self, q, k, v, **kw) -> torch.Tensor:
         """Run the target on the device; the result comes back as a float64 CPU tensor."""

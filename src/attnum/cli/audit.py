@@ -1,7 +1,7 @@
 """``attnum audit TARGET``: adversarial probes against a float64 golden, with FA's verdict rule.
 
-Exit status: 0 every probe passed, 1 any probe failed or errored, 2 usage error, 3 the target is a
-built-in that is unavailable here (package or device missing) - nothing was audited.
+Exit status: 0 every probe passed, 1 any probe failed or errored, 2 usage error, 3 nothing was
+tested: the target is unavailable here (package or device missing) or refused every case.
 """
 
 from __future__ import annotations
