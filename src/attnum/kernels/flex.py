@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from attnum.attention import masks
+
 NAME = "torch-flex"
 PACKAGE = "torch.nn.attention.flex_attention"  # torch >= 2.5
 DEVICES = ("cpu", "cuda")
@@ -20,17 +22,18 @@ DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
 def _bias(attn_mask, is_causal: bool, n: int, s: int, device) -> torch.Tensor | None:
-    """(B?, H?, N, S) float32 additive bias, or None when nothing is masked."""
+    """(B?, H?, N, S) float32 additive bias, or None when nothing is masked; SDPA's semantics, from
+    :mod:`attnum.attention.masks` (the one place they live)."""
     if attn_mask is None and not is_causal:
         return None
+    shape = (1, 1) if attn_mask is None or attn_mask.dim() < 4 else tuple(attn_mask.shape[:2])
+    mk = masks.masking(attn_mask, is_causal, (*shape, n, s))
+    tile = mk.tile(0, n, 0, s, torch.float32, device)
     bias = torch.zeros(n, s, dtype=torch.float32, device=device)
-    if is_causal:
-        bias = bias.masked_fill(~torch.ones(n, s, dtype=torch.bool, device=device).tril(), -math.inf)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            bias = bias.masked_fill(~attn_mask, -math.inf)
-        else:
-            bias = bias + attn_mask.float()
+    if tile.additive is not None:
+        bias = bias + tile.additive
+    if tile.keep is not None:
+        bias = bias.masked_fill(~tile.keep, -math.inf)
     return bias if bias.dim() == 4 else bias.view(*(1,) * (4 - bias.dim()), *bias.shape)
 
 
