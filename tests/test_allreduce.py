@@ -85,3 +85,16 @@ def test_bad_input():
         allreduce_sum([torch.zeros(3)] * 2, "bf16", algorithm="butterfly")
     with pytest.raises(AttnumInputError, match="tp"):
         row_parallel_linear(torch.zeros(2, 10), torch.zeros(10, 3), tp=3, reduce_format="bf16")
+
+
+def test_report_section(tmp_path):
+    from attnum.experiments.ring_study import RingConfig, run_ring
+    from attnum.report.parallel import write_ring_report
+
+    study = run_allreduce_study(AllreduceConfig(tp=(1, 2), in_features=64, out_features=8, tokens=4, dp=(2,),
+                                                grad_size=16))
+    ring = run_ring(RingConfig(shards=(2,), layout=("zigzag",), seq_len=128, heads=1, head_dim=16))
+    page = write_ring_report(ring, tmp_path, study)
+    text = page.read_text()
+    assert "reduction order" in text and (tmp_path / "tp_allreduce.png").is_file()
+    assert (tmp_path / "ring_deviation.svg").is_file() and (tmp_path / "allreduce.json").is_file()

@@ -70,6 +70,7 @@ def allreduce_figure(rows: list[dict], out: Path) -> Path:
     """Max error (in units of the format's eps at the output's scale) against the TP degree."""
     fig, ax = panels(1, title="Row-parallel projection: all-reduce deviation", width=6.5)
     ax = ax[0, 0]
+    rows = [r for r in rows if r.get("study", "tp") == "tp"]
     keys = list(dict.fromkeys((r["reduce_format"], r["algorithm"]) for r in rows))
     fmts = list(dict.fromkeys(r["reduce_format"] for r in rows))
     styles = {"gloo-ring": "-o", "nccl-ring": "--s", "tree": ":^", "sequential": "-.v"}
@@ -121,7 +122,8 @@ def write_ring_report(result: dict, out: str | Path, allreduce: dict | None = No
         (out / "allreduce.json").write_text(json.dumps(allreduce, indent=2, default=str))
         sections += ["<h2>Row-parallel output projection: reduction order</h2>",
                      _svg_free_png(allreduce_figure(allreduce["rows"], out)),
-                     _table(allreduce["rows"], ["tp", "algorithm", "reduce_format", "rel_max_abs", "mean_ulp", "max_ulp"])]
+                     _table(allreduce["rows"], ["study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",
+                                                "mean_ulp", "max_ulp"])]
     path = out / "report.html"
     path.write_text(_page("attnum ring: context-parallel attention", sections))
     return path

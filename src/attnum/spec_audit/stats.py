@@ -30,7 +30,7 @@ def chi2_isf(p: float, df: int) -> float:
     lo, hi = 0.0, max(1.0, 2.0 * df)
     while chi2_sf(hi, df) > p:
         hi *= 2
-    for _ in range(200):
+    for _ in range(64):  # 2**-64 of the bracket: below float64 resolution of x
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if chi2_sf(mid, df) > p else (lo, mid)
     return hi
@@ -54,7 +54,7 @@ def lambda_needed(df: int, alpha: float, power: float) -> float:
     lo, hi = 0.0, 1.0
     while ncx2_sf(crit, df, hi) < power:
         hi *= 2
-    for _ in range(100):
+    for _ in range(64):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ncx2_sf(crit, df, mid) < power else (lo, mid)
     return hi
