@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
                                           "sim_seconds", "seconds")))
             if study is not None:
                 print(_table(study["rows"], ("study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",
-                                             "mean_ulp", "max_ulp")))
+                                             "rel_rmse", "changed")))
             for name, (ok, why) in available_cp_kernels().items():
                 print(f"{name}: {'available' if ok else 'unavailable: ' + why}")
         if any(r["nan"] for r in result["rows"]) or not all(r.get("bit_equal_sim", True) for r in result["rows"]):

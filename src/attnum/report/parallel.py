@@ -123,7 +123,7 @@ def write_ring_report(result: dict, out: str | Path, allreduce: dict | None = No
         sections += ["<h2>Row-parallel output projection: reduction order</h2>",
                      _svg_free_png(allreduce_figure(allreduce["rows"], out)),
                      _table(allreduce["rows"], ["study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",
-                                                "mean_ulp", "max_ulp"])]
+                                                "rel_rmse", "changed"])]
     path = out / "report.html"
     path.write_text(_page("attnum ring: context-parallel attention", sections))
     return path
