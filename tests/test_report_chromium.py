@@ -94,3 +94,17 @@ def test_the_check_catches_a_broken_figure_and_a_console_error(tmp_path_factory,
     ok, total = figures_marker(dom)
     assert (ok, total) == (total - 1, total)
     assert any("deliberate" in line for line in console)
+
+
+def test_the_inference_report_renders_with_every_figure(tmp_path_factory, tmp_path):
+    """attnum reproduce --profile inference-smoke: split-KV, paging, KV formats, GQA, MLA, FP8 table."""
+    from attnum.cli import main
+
+    out = tmp_path_factory.mktemp("inference-browser")
+    assert main(["reproduce", "--profile", "inference-smoke", "--out", str(out), "--jobs", "1", "--quiet"]) == 0
+    n_figures = len(list((out / "figures").glob("*.png")))
+    assert n_figures == 6
+    dom, console = render(out / "report.html", tmp_path / "profile")
+    assert figures_marker(dom) == (n_figures, n_figures)
+    assert console == []
+    assert "Inference" in dom and dom.count("<figure") == n_figures

@@ -150,7 +150,9 @@ def compute_findings(rows: list[Row], maps: list[ClaimMap] | None = None) -> lis
                 numbers = mine[0].numbers if len(mine) == 1 else {"cells": len(mine)}
                 out.append(Finding(claim_id=m.claim_id, figure=m.figure, claim=m.claim, policy=policy,
                                    variant=variant, verdict=verdict, measured=m.summary(mine), numbers=numbers))
-    return out
+    from attnum.experiments.inference import inference_findings  # decode / fp8-table rows, if any
+
+    return out + inference_findings(rows)
 
 
 def _overall(verdicts: list[str]) -> str:

@@ -96,6 +96,9 @@ _RUNNERS = {
     "compare": lambda point, kernels: _compare(point),
     "attribute": lambda point, kernels: _attribute(point),
     "kernels": lambda point, kernels: _kernels(point, kernels),
+    # decode and fp8-table points (attnum.experiments.inference) run themselves
+    "decode": lambda point, kernels: _plain(point.run()),
+    "fp8-table": lambda point, kernels: _plain(point.run()),
 }
 
 

@@ -67,6 +67,10 @@ class Point(CompareConfig):
     def from_config(cls, config: dict[str, Any]) -> Point:
         """The point a :meth:`config` dict (a stored row's ``config``) describes."""
         cfg = dict(config)
+        if cfg.get("kind") in ("decode", "fp8-table"):  # the inference profile's points
+            from attnum.experiments.inference import point_from_config
+
+            return point_from_config(cfg)
         if cfg.get("kind") == "kernels" and cfg.get("policy") is None:
             cfg.pop("policy", None)
         return cls(**cfg)

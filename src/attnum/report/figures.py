@@ -16,6 +16,8 @@ from attnum.experiments.cells import tiles_of
 from attnum.experiments.results import Row, metric, seed_summary, select, series, values
 from attnum.report.attribution import budget_figure
 from attnum.report.generic import generic_figures
+from attnum.report.inference import CAPTIONS as INFERENCE_CAPTIONS
+from attnum.report.inference import draw as draw_inference
 from attnum.report.plotting import (
     POLICY_COLOR,
     POLICY_MARKER,
@@ -66,6 +68,7 @@ def draw_all(rows: list[Row], out_dir: Path) -> dict[str, list[Path]]:
         out[name] = paths
     for name, (paths, _caption) in generic_figures(done, out_dir, skip_groups=PAPER_GROUPS).items():
         out[name] = paths
+    out.update(draw_inference(done, out_dir))  # decode / fp8-table groups (attnum.report.inference)
     return out
 
 
@@ -77,6 +80,7 @@ def captions(rows: list[Row]) -> dict[str, str]:
     from attnum.report.generic import generic_captions
 
     out.update(generic_captions(done, skip_groups=PAPER_GROUPS))
+    out.update(INFERENCE_CAPTIONS)
     return out
 
 

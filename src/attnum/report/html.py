@@ -19,6 +19,7 @@ from typing import Any
 
 from attnum.experiments.findings import ClaimMap, compute_findings, compute_maps
 from attnum.experiments.results import Row, metric, seed_summary
+from attnum.report import inference as inference_report
 from attnum.report.figures import captions, draw_all
 from attnum.store import open_store
 
@@ -55,6 +56,8 @@ def write_report(out_dir: str | Path) -> Path:
     figures = draw_all(rows, out_dir / "figures")
     caps = captions(rows)
     maps = compute_maps(rows)
+    if inference_report.only(rows):  # an inference store: the paper's claims have no cell to judge
+        maps = [m for m in maps if any(c.verdict != "not tested" for c in m.cells)]
     findings = compute_findings(rows, maps)
     placed = {name for m in maps for name in _claim_figures(m.claim_id, figures)}
     parts = [
@@ -69,6 +72,7 @@ def write_report(out_dir: str | Path) -> Path:
         "claim holds in some cells of the grid and not in others (see its map).</p>",
         _glance(findings),
         *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps) for m in maps),
+        inference_report.section(rows, findings),
         "<h2>Other figures</h2>",
         *(_figure(name, paths[0], caps) for name, paths in figures.items() if name not in placed),
         "<h2>Real kernels</h2>",
