@@ -39,7 +39,7 @@ HEADLINE_FORMAT = "bf16"  # the paper's low-precision focus
 FLASH_VS_BASELINE = "flash_vs_baseline.max_abs"
 REL_MAX, REL_MEAN = "flash_vs_baseline.rel_max_abs", "flash_vs_baseline.rel_mean_abs"
 VERDICTS = ("holds", "does not hold", "not tested", "holds by construction", "mixed")
-GRID = "grid"  # the profile's group over N, Bc, policy, variant and distribution
+GRID = ("grid", "grid-dist")  # the profile's groups over N, Bc, policy, variant and distribution
 
 CLAIMS = {
     "mantissa": ("Fig. 3", "flash-vs-baseline deviation decreases as mantissa bits grow"),
@@ -99,7 +99,26 @@ class ClaimMap:
         values = [c.value for c in tested if math.isfinite(c.value)]
         if values:
             text += f"; {self.value_label} {min(values):.3g} .. {max(values):.3g}"
+        if all("Tc" in c.numbers for c in tested):
+            text += "; " + tile_regime(tested)
         return text
+
+
+def tile_regime(cells: list[Cell] | tuple[Cell, ...]) -> str:
+    """Where flash's excess appears, by the number of KV tiles a row is summed over (Tc = S / Bc):
+    the smallest Tc from which every cell is at least the 10x band's lower edge, and the largest up
+    to which none is; computed from the cells, so it says "no such Tc" when the data have none."""
+    lo = TEN_X_BAND[0]
+    tcs = sorted({c.numbers["Tc"] for c in cells})
+    above = [t for t in tcs if all(c.value >= lo for c in cells if c.numbers["Tc"] >= t)]
+    below = [t for t in tcs if all(c.value < lo for c in cells if c.numbers["Tc"] <= t)]
+    text = (f"the ratio is >= {lo:.2g}x in every cell with Tc = S/Bc >= {above[0]}" if above else
+            f"no Tc above which every cell reaches {lo:.2g}x")
+    text += f", and below it in every cell with Tc <= {below[-1]}" if below else ""
+    over = [c for c in cells if c.value > TEN_X_BAND[1]]
+    if over:
+        text += f"; above {TEN_X_BAND[1]:.2g}x in {len(over)} cells (up to {max(c.value for c in over):.3g}x)"
+    return text
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -226,9 +245,9 @@ def _mantissa(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
 
 
 def _ten_x(rows: list[Row], attribute: list[Row]) -> tuple[str, list[Cell]]:
-    sub = _select(rows, ("fig4", GRID, "eager"), format=HEADLINE_FORMAT)
+    sub = _select(rows, ("fig4", *GRID, "eager"), format=HEADLINE_FORMAT)
     if not sub:
-        return "ratio", _none(f"no {HEADLINE_FORMAT} rows in groups fig4, {GRID}, eager")
+        return "ratio", _none(f"no {HEADLINE_FORMAT} rows in groups fig4, {', '.join(GRID)}, eager")
     fields = C.cell_fields(sub, exclude=("format",))
     out = []
     for key, cell_rows in C.split(sub, fields).items():
@@ -246,9 +265,14 @@ def _ten_x(rows: list[Row], attribute: list[Row]) -> tuple[str, list[Cell]]:
         site = _dominant(attribute, cell_rows[0])
         if site:
             text += f"; dominant site: {site}"
+        numbers = {"ratio": ratio, "seq_len": cell_rows[0]["config"]["seq_len"], "seeds": s["n"],
+                   "dominant_site": site}
+        tc = ((cell_rows[0].get("metrics") or {}).get("tiles") or {}).get("Tc")
+        if tc:
+            numbers["Tc"] = int(tc)
+            text += f"; Tc = {int(tc)} KV tiles per row"
         out.append(Cell(coords=coords, verdict=_trend(TEN_X_BAND[0] <= ratio <= TEN_X_BAND[1]), value=ratio,
-                        text=text, numbers={"ratio": ratio, "seq_len": cell_rows[0]["config"]["seq_len"],
-                                            "seeds": s["n"], "dominant_site": site}))
+                        text=text, numbers=numbers))
     return "median per-seed ratio", out
 
 
@@ -264,17 +288,17 @@ def _dominant(attribute: list[Row], like: Row) -> str | None:
 
 
 def _seq_len(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
-    sub = _select(rows, ("fig5", GRID))
+    sub = _select(rows, ("fig5", *GRID))
     if not sub:
-        return "rho", _none(f"no rows in groups fig5, {GRID}")
+        return "rho", _none(f"no rows in groups fig5, {', '.join(GRID)}")
     return "rho(rel max)", _trend_cells(sub, "seq_len", (REL_MAX, REL_MEAN), +1, x_label="N")
 
 
 def _tiles(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
-    sub = [r for r in _select(rows, ("fig6c", GRID)) if not r["config"].get("swap_blocks")
+    sub = [r for r in _select(rows, ("fig6c", *GRID)) if not r["config"].get("swap_blocks")
            and not r["config"].get("square")]
     if not sub:
-        return "rho", _none(f"no rows in groups fig6c, {GRID}")
+        return "rho", _none(f"no rows in groups fig6c, {', '.join(GRID)}")
     return "rho", _trend_cells(sub, "Bc", (FLASH_VS_BASELINE,), -1, exclude=("Br",))
 
 

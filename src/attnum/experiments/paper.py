@@ -9,8 +9,9 @@ with several seeds.
 
 Beyond the figures, three groups let the findings be maps rather than points:
 
-- ``grid``: bf16 over N x Bc x policy x variant x input distribution, reaching the many-tile regime
-  (N >= 4096 with Bc <= 32) where the paper's 10x appears;
+- ``grid`` and ``grid-dist``: bf16 over N x Bc x policy x variant, reaching the many-tile regime
+  (N >= 4096 with Bc <= 32) where the paper's 10x appears, for N(0, 1) inputs (``grid``) and for the
+  other input distributions (``grid-dist``, to a smaller largest N: the quick profile's time);
 - ``eager``: flash against PyTorch eager attention in bf16 (``baseline_policy = "torch-eager"``),
   a baseline with the same low precision as real code has;
 - ``attribute``: the error budget per rounding site (``kind = "attribute"``) at the fig4 point and
@@ -52,13 +53,15 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "n_fig6": 1024,
         "bc_fig6": [16, 32, 64, 128, 256, 512],
         "fmt_fig6": _NAMED,
+        "seeds_fig5": [0, 1, 2],
         "grid_n": [1024, 2048, 4096, 8192],
         "grid_bc": [16, 32, 64, 128],
         "grid_dist": ["normal", "uniform"],
+        "grid_dist_n": [1024, 2048, 4096],
         "grid_seeds": [0, 1, 2],
-        "eager_n": [1024, 8192],
+        "eager_n": [1024, 4096],
         "eager_bc": [16, 64],
-        "attribute": [(1024, 64), (8192, 16)],
+        "attribute": [(1024, 64), (4096, 16)],
     },
     "full": {
         "head_dim": 64,
@@ -80,6 +83,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "grid_n": [1024, 2048, 4096, 8192, 16384, 32768],
         "grid_bc": [16, 32, 64, 128, 256],
         "grid_dist": ["normal", "uniform", "outlier"],
+        "grid_dist_n": [1024, 2048, 4096, 8192, 16384, 32768],
         "grid_seeds": [0, 1, 2, 3, 4],
         "eager_n": [1024, 4096, 16384],
         "eager_bc": [16, 64, 128],
@@ -104,6 +108,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "grid_n": [64, 128, 256],
         "grid_bc": [4, 16],
         "grid_dist": ["normal", "uniform"],
+        "grid_dist_n": [64, 128],
         "grid_seeds": [0, 1],
         "eager_n": [64, 256],
         "eager_bc": [4],
@@ -124,7 +129,8 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
     srams = [_sram_for(bc, p["head_dim"]) for bc in p["bc_fig6"]]
     fig6 = {"format": p["fmt_fig6"], "seq_len": p["n_fig6"], "sram": srams, **both}
     grid = {"format": "bf16", "seq_len": p["grid_n"], "block_q": p["tile"], "block_k": p["grid_bc"],
-            "dist": p["grid_dist"], **both, "seed": p["grid_seeds"]}
+            "dist": p["grid_dist"][0], **both, "seed": p["grid_seeds"]}
+    grid_dist = {**grid, "dist": p["grid_dist"][1:], "seq_len": p["grid_dist_n"]}
     return {
         "name": f"paper-{profile}",
         "description": f"Golden et al. 2024 (arXiv 2405.02803) Figs. 3-6, profile {profile}",
@@ -139,11 +145,13 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
                                           **fixed_tiles, **both}},
             {"name": "fig4", "axes": {"format": p["named"] + p.get("extra_fig4", []), "seq_len": p["n_fig4"],
                                       **fixed_tiles, **both}},
-            {"name": "fig5", "axes": {"format": p["fmt_fig5"], "seq_len": p["n_fig5"], **fixed_tiles, **both}},
+            {"name": "fig5", "axes": {"format": p["fmt_fig5"], "seq_len": p["n_fig5"], **fixed_tiles, **both,
+                                      "seed": p.get("seeds_fig5", p["seeds"])}},
             {"name": "fig6a", "axes": {**fig6, "swap_blocks": [False, True]}},
             {"name": "fig6b", "axes": {**fig6, "square": [False, True]}},
             {"name": "fig6c", "axes": fig6},
             {"name": "grid", "axes": grid},
+            {"name": "grid-dist", "axes": grid_dist},
             {"name": "eager", "axes": {**grid, "baseline_policy": "torch-eager", "variant": "fa2",
                                        "dist": "normal", "seq_len": p["eager_n"], "block_k": p["eager_bc"]}},
             {"name": "attribute", "points": [{"kind": "attribute", "format": "bf16", "policy": policy,

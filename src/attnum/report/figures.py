@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from attnum.experiments import cells as C
 from attnum.experiments.cells import tiles_of
 from attnum.experiments.results import Row, metric, seed_summary, select, series, values
 from attnum.report.attribution import budget_figure
@@ -34,8 +35,8 @@ from attnum.report.plotting import (
 )
 
 FVB = "flash_vs_baseline.max_abs"
-PAPER_GROUPS = ("fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "eager",
-                "attribute")
+PAPER_GROUPS = ("fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist",
+                "eager", "attribute")
 FIGURE_CAPTIONS = {
     "fig3": "Fig. 3: flash vs baseline max |diff| against mantissa bits: named formats bf16..fp64, "
             "the e8mY sweep and the e11mY sweep.",
@@ -266,7 +267,7 @@ def _by_bc(rows: list[Row], path: str = FVB) -> list[tuple[int, dict]]:
 
 
 def grid(rows: list[Row], out_dir: Path) -> list[Path]:
-    sub = select(rows, group="grid")
+    sub = C.unique(select(rows, group="grid") + select(rows, group="grid-dist"))
     if not sub:
         return []
     bcs = sorted({tiles_of(r)["Bc"] for r in sub})
