@@ -106,7 +106,9 @@ def test_scan_finds_the_example_sentinel_and_spares_the_nan_example():
     assert n >= 3
     assert {f.rule for f in findings if f.path.endswith("sentinel_attention.py")} >= {
         "finite-inf-constant", "finite-mask-fill", "finite-running-max-init"}
-    assert not [f for f in findings if not f.path.endswith("sentinel_attention.py")]
+    # The sentinel merge (examples/sentinel_merge.py, the serving probes' planted bug) is found too.
+    assert {f.rule for f in findings if f.path.endswith("sentinel_merge.py")} == {"finite-inf-constant"}
+    assert not [f for f in findings if not f.path.endswith(("sentinel_attention.py", "sentinel_merge.py"))]
     assert all(f.severity == "high" and f.why and f.snippet for f in findings)
 
 
