@@ -125,7 +125,7 @@ def point_from_config(config: dict[str, Any]):
 # ---- the profile ---------------------------------------------------------------------------------
 
 _SIZES = {
-    "inference": {"cache_len": 4096, "heads": 8, "head_dim": 128, "seeds": [0, 1, 2], "splits": [1, 2, 4, 8, 16, 32],
+    "inference": {"cache_len": 4096, "heads": 8, "head_dim": 128, "seeds": [0, 1, 2, 3, 4], "splits": [1, 2, 4, 8, 16, 32],
                   "pages": [1, 8, 16, 32, 64, 128, 256], "gqa": [8, 4, 2, 1], "mla_rank": 512, "mla_heads": 16,
                   "mla_cache": 1024, "fp8": {"seq_len": 1024, "heads": 2, "head_dim": 128}, "fp8_seeds": [0]},
     "inference-smoke": {"cache_len": 256, "heads": 4, "head_dim": 32, "seeds": [0], "splits": [1, 4],
