@@ -273,3 +273,49 @@ def test_golden_is_differentiable():
     keep = torch.ones(6, 7, dtype=torch.bool)
     keep[2] = False
     assert torch.autograd.gradcheck(lambda a, b, c: golden_attention(a, b, c, attn_mask=keep), (q, k, v))
+
+
+def _textbook(q, k, v, keep):
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~keep, -math.inf)
+    p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
+    return p @ v
+
+
+@pytest.mark.parametrize("N,S", [(5, 13), (13, 5), (9, 9)])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("window", [None, (2, -1), (1, 3), (-1, 0)])
+def test_alignment_and_window_match_the_textbook(N, S, alignment, window):
+    """Causal alignment and sliding windows, cut per tile, give the textbook masked softmax in
+    every implementation (fp64 policy: equal to golden to float64 rounding)."""
+    g = torch.Generator().manual_seed(N * 31 + S)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64) for n in (N, S, S))
+    i = torch.arange(N)[:, None] + (0 if alignment == "top_left" else S - N)
+    j = torch.arange(S)[None, :]
+    keep = j <= i  # causal
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            keep &= j >= i - left
+        if right >= 0:
+            keep &= j <= i + right
+    want = _textbook(q, k, v, keep)
+    kw = dict(is_causal=True, causal_alignment=alignment, window=window)
+    gold = golden_attention(q, k, v, **kw)
+    tol = 64 * 2.0**-52
+    assert (gold - want).abs().max() <= tol
+    for out in (baseline_attention(q, k, v, policy="fp64", **kw),
+                flash_attention(q, k, v, policy="fp64", block_k=4, **kw),
+                flash_attention(q, k, v, policy="fp64", block_k=3, variant="fa1", **kw)):
+        assert (out - gold).abs().max() <= tol
+    empty = ~keep.any(dim=-1)
+    if bool(empty.any()):  # rows before the diagonal (bottom-right, N > S) are empty: zeros
+        assert torch.equal(gold[..., empty, :], torch.zeros_like(gold[..., empty, :]))
+
+
+def test_bad_alignment_and_window_are_one_line_errors():
+    q = torch.randn(1, 1, 4, 8, dtype=torch.float64)
+    with pytest.raises(AttnumInputError, match="causal_alignment='diagonal'"):
+        flash_attention(q, q, q, is_causal=True, causal_alignment="diagonal")
+    with pytest.raises(AttnumInputError, match="window="):
+        golden_attention(q, q, q, window=(2,))
