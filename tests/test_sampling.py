@@ -23,6 +23,7 @@ from attnum.sampling import (
     SpecProcedure,
     block_index,
     block_law,
+    draw,
     get_noise,
     greedy_ties,
     greedy_verify,
@@ -206,12 +207,10 @@ def test_gumbel_noise_cap_vllm_pr_47524(noise):
 @pytest.mark.parametrize("noise", ["race:0.3", "race:0.3:2", "race:0.05:0.6", "race:0.5:0.8"])
 def test_race_law_matches_clamped_noise(noise, one_thread):
     """Groups of equal weights, both clamps, ties at the floor (first index wins, as argmax)."""
-    from attnum.sampling import _draw
-
     w = torch.tensor([0.3, 0.3, 0.3, 0.05, 0.2, 0.05, 0.0, 0.1], dtype=torch.float64)
     nz = get_noise(noise)
     law = race_law(w, nz)
-    draws = _draw(w, 400_000, nz, torch.Generator().manual_seed(7))
+    draws = draw(w, 400_000, nz, torch.Generator().manual_seed(7))
     _assert_matches_law(torch.bincount(draws, minlength=w.numel()), law, noise)
 
 
