@@ -105,7 +105,8 @@ def block_state(q_BHLd: torch.Tensor, k_BGLd: torch.Tensor, v_BGLd: torch.Tensor
     sub = keep[r0:r1, c0:c1]
     if bool(sub.all()):
         mask, causal = None, False
-    elif torch.equal(sub, masks.causal_bool(r1 - r0, c1 - c0, device=sub.device)):
+    elif torch.equal(sub, masks.masking(None, True, (1, 1, r1 - r0, c1 - c0)).structural(0, r1 - r0, 0, c1 - c0,
+                                                                                         sub.device)):
         mask, causal = None, True
     else:
         mask, causal = sub, False
