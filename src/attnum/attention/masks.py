@@ -204,6 +204,12 @@ def masking(
                    window=window)
 
 
+def causal_keep(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """(len(q_pos), len(k_pos)) bool: the causal mask between *global* positions (key <= query), for
+    layouts whose shards hold non-contiguous positions (ring attention's zigzag)."""
+    return k_pos[None, :] <= q_pos[:, None]
+
+
 def apply_keep_(s: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     """Scores where ``keep`` is False become -inf, in place."""
     return s if keep is None else s.masked_fill_(~keep, float("-inf"))

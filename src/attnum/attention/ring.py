@@ -96,7 +96,7 @@ def block_state(q_BHLd: torch.Tensor, k_BGLd: torch.Tensor, v_BGLd: torch.Tensor
     kw = dict(scale=plan.scale, policy=plan.policy, block_q=plan.block_q, block_k=plan.block_k, return_lse=True)
     if not plan.causal:
         return State(*flash_attention(q_BHLd, k_BGLd, v_BGLd, **kw))
-    keep = k_pos[None, :] <= q_pos[:, None]  # (Lq, Lk) in global positions
+    keep = masks.causal_keep(q_pos, k_pos)  # (Lq, Lk) in global positions
     rows, cols = keep.any(1), keep.any(0)
     if not bool(rows.any()):
         return None
