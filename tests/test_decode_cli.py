@@ -74,3 +74,34 @@ def test_fp8_kv_cache_error_dominates_bf16_and_mla_paths_agree():
 def test_bad_input_exits_2_with_one_line(capsys, args, param):
     code, _, err = run(capsys, *args)
     assert code == 2 and param in err and err.count("\n") == 1
+
+
+DECODE_SPEC = """
+name = "decode-tiny"
+[defaults]
+kind = "decode"
+heads = 2
+head_dim = 16
+cache_len = 64
+[axes]
+splits = [1, 3]
+page_size = [16, 64]
+"""
+
+
+def test_decode_axes_in_a_toml_sweep(tmp_path, capsys):
+    from attnum.experiments.spec import load_spec, spec_from_dict
+    from attnum.store import open_store
+
+    path = tmp_path / "spec.toml"
+    path.write_text(DECODE_SPEC)
+    spec = load_spec(path)
+    assert len(spec.planned()) == 4 and all(p.kind == "decode" for p, _ in spec.planned().values())
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--quiet"]) == 0
+    with open_store(tmp_path / "out") as store:
+        rows = store.rows()
+    assert len(rows) == 4 and all(r["metrics"]["decode_vs_golden"]["max_ulp"] <= 2 for r in rows)
+    with pytest.raises(Exception, match="splits=2 is not an axis of kind 'compare'"):
+        spec_from_dict({"name": "x", "axes": {"splits": [2]}})
+    with pytest.raises(Exception, match="splits"):
+        spec_from_dict({"name": "x", "axes": {"kind": "decode", "splits": [0]}})

@@ -156,8 +156,11 @@ def inference_spec(profile: str = "inference", device: str = "cpu") -> SweepSpec
                 for d, s in MLA_CACHES for absorbed in (False, True) for seed in seeds)
     fp8 = tuple(FP8TablePoint(**p["fp8"], seed=s, device=device) for s in p["fp8_seeds"])
     groups = (
-        Group(name="decode-splits", points=_decode_points(base, "splits", p["splits"], seeds)),
-        Group(name="decode-pages", points=_decode_points(base, "page_size", p["pages"], seeds)),
+        # bf16 output (what serving returns) and fp32 output (where the split / tile arithmetic shows)
+        Group(name="decode-splits", points=sum((_decode_points(base, "splits", p["splits"], seeds, format=f)
+                                                for f in ("bf16", "fp32")), ())),
+        Group(name="decode-pages", points=sum((_decode_points(base, "page_size", p["pages"], seeds, format=f)
+                                               for f in ("bf16", "fp32")), ())),
         Group(name="decode-kv-format", points=kv),
         Group(name="decode-gqa", points=_decode_points(base, "kv_heads", p["gqa"], seeds, splits=4)),
         Group(name="decode-mla", points=mla),
@@ -205,10 +208,10 @@ def inference_findings(rows: list) -> list:
         sub = select(rows, group=group, kind="decode")
         if not sub:
             continue
-        per = {x: (_median(select(sub, kind="decode", **{axis: x}), "decode_vs_golden.max_abs"),
-                   _median(select(sub, kind="decode", **{axis: x}), "unsplit_vs_golden.max_abs"),
-                   _median(select(sub, kind="decode", **{axis: x}), "decode_vs_unsplit.max_ulp"))
-               for x in sorted(values(sub, axis))}
+        cells = {(f, x): select(sub, kind="decode", format=f, **{axis: x})
+                 for f in values(sub, "format") for x in values(sub, axis)}
+        per = {c: (_median(rs, "decode_vs_golden.max_abs"), _median(rs, "unsplit_vs_golden.max_abs"),
+                   _median(rs, "decode_vs_unsplit.max_ulp")) for c, rs in cells.items() if rs}
         ratios = [d / u for d, u, _ in per.values() if d is not None and u]
         if not ratios:
             continue
@@ -216,7 +219,8 @@ def inference_findings(rows: list) -> list:
         ulps = max(b for _, _, b in per.values() if b is not None)
         add(cid, group, f"{what} changes the output bits, not its accuracy (within {SPLIT_MULT:g}x the unsplit "
             "kernel's error)", "holds" if worst <= SPLIT_MULT else "does not hold",
-            f"max over {what} of max|decode - golden| / max|unsplit - golden| = {worst:.2f} (medians over seeds); "
+            f"max over {what} and output format of max|decode - golden| / max|unsplit - golden| = {worst:.2f} "
+            "(medians over seeds); "
             f"up to {ulps:.2g} output ULPs from the unsplit result", {"worst_ratio": worst, "max_ulp_vs_unsplit": ulps})
     kv = select(rows, group="decode-kv-format", kind="decode")
     bf16 = select(kv, kind="decode", kv_cache_dtype="auto")

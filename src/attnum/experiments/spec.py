@@ -13,8 +13,9 @@ emulation, optional ``[defaults]`` and either top-level ``[axes]`` / ``[[points]
     policy = ["uniform", "fa2"]
     seq_len = [256, 1024]
 
-An axis (or a point) may also set ``kind``: ``compare`` (the default) or ``attribute`` (an error
-budget per rounding site at that configuration, :mod:`attnum.experiments.attribute`), and
+An axis (or a point) may also set ``kind``: ``compare`` (the default), ``attribute`` (an error
+budget per rounding site at that configuration, :mod:`attnum.experiments.attribute`) or ``decode`` (a
+KV-cache decode point whose axes are ``attnum decode``'s flags, :mod:`attnum.experiments.inference`), and
 ``baseline_policy`` gives the baseline its own policy (``torch-eager``: PyTorch eager attention in
 the point's format).
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from attnum.errors import AttnumInputError
 from attnum.experiments.compare import FIELDS
+from attnum.experiments.decode import DECODE_FIELDS
 from attnum.experiments.points import AXES, COMPARISONS, Point
 
 if sys.version_info >= (3, 11):
@@ -218,7 +220,7 @@ def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, pre
     for combo in combos:
         cfg = {**defaults, **combo}
         try:
-            point = Point(**cfg)
+            point = _make_point(cfg)
         except AttnumInputError as err:
             shown = ", ".join(f"{k}={v!r}" for k, v in combo.items())
             raise AttnumInputError(f"{source}: {prefix}point ({shown}) is impossible: {err}") from None
@@ -226,6 +228,21 @@ def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, pre
     # Same point listed twice in one group runs once.
     uniq = list({p.key: p for p in points}.values())
     return Group(name=name, points=tuple(uniq))
+
+
+def _make_point(cfg: dict[str, Any]):
+    """A Point, or a DecodePoint for ``kind = "decode"``; an axis the kind does not take is an input error."""
+    cls = Point
+    if cfg.get("kind") == "decode":
+        from attnum.experiments.inference import DecodePoint
+
+        cls = DecodePoint
+    names = {f.name for f in dataclasses.fields(cls)}
+    extra = sorted(set(cfg) - names)
+    if extra:
+        raise AttnumInputError(f"{extra[0]}={cfg[extra[0]]!r} is not an axis of kind {cfg.get('kind', 'compare')!r}; "
+                               f"expected one of {', '.join(sorted(names))}")
+    return cls(**cfg)
 
 
 def _product(items: list[tuple[str, list[Any]]]):
@@ -238,7 +255,9 @@ def _product(items: list[tuple[str, list[Any]]]):
             yield ((key, v), *tail)
 
 
-SPEC_KINDS = ("compare", "attribute")  # kernel points follow from the compare points and ``record``
+SPEC_KINDS = ("compare", "attribute", "decode")  # kernel points follow from the compare points and ``record``
+# decode points (attnum.experiments.inference.DecodePoint) take DecodeConfig's fields as axes
+DECODE_AXES = tuple(DECODE_FIELDS)
 
 
 def _check_axis(source: str, where: str, key: str, value: Any) -> None:
@@ -246,11 +265,12 @@ def _check_axis(source: str, where: str, key: str, value: Any) -> None:
         if value not in SPEC_KINDS:
             raise _bad(source, where, value, f"one of {SPEC_KINDS}")
         return
-    if key not in AXES:
+    if key not in AXES and key not in DECODE_AXES:
         raise AttnumInputError(
-            f"{source}: {where} is not a known axis; expected one of {', '.join(sorted((*AXES, 'kind')))}"
+            f"{source}: {where} is not a known axis; expected one of "
+            f"{', '.join(sorted({*AXES, *DECODE_AXES, 'kind'}))}"
         )
-    allowed, ok = FIELDS[key]
+    allowed, ok = FIELDS[key] if key in FIELDS else DECODE_FIELDS[key]
     if not ok(value):
         raise _bad(source, where, value, allowed)
 

@@ -19,7 +19,8 @@ from attnum.report.plotting import finish, log_y, panels, save, spread_line
 DEV = "decode_vs_golden"
 CAPTIONS = {
     "decode-splits": "Decode, split-KV: deviation from the fp64 golden against num_splits (partials merged in "
-                     "fp32); right: what splitting alone changed (vs the same decode unsplit), in output ULPs.",
+                     "fp32), bf16 and fp32 outputs; right: what splitting alone changed (vs the same decode "
+                     "unsplit), in output ULPs (0, at one split, is off the log axis).",
     "decode-pages": "Paged decode tiled by page (Bc = page size): deviation against page size; right: vs the "
                     "contiguous unsplit decode with 128-key tiles, in output ULPs.",
     "decode-kv-format": "KV-cache format: RMSE against the golden on the unquantized cache (bars: median over seeds), "
@@ -42,13 +43,18 @@ def _line_panels(rows, group, x, title, xlabel, out_dir, logx=True):
         return []
     fig, axes = panels(2, title=title)
     ax, rax = axes[0]
-    for key, color in (("max_abs", "tab:red"), ("rmse", "tab:blue")):
-        spread_line(ax, series(sub, x=x, y=f"{DEV}.{key}", by=()).get((), []), label=f"decode {key}", color=color)
-        spread_line(ax, series(sub, x=x, y=f"baseline_vs_golden.{key}", by=()).get((), []),
-                    label=f"plain attention {key}", color=color, linestyle=":", marker=None, alpha=0.6)
-    spread_line(rax, series(sub, x=x, y="decode_vs_unsplit.max_ulp", by=()).get((), []), label="max", color="tab:red")
-    spread_line(rax, series(sub, x=x, y="decode_vs_unsplit.mean_ulp", by=()).get((), []), label="mean",
-                color="tab:blue")
+    formats = sorted({r["config"]["format"] for r in sub})
+    for fmt, style in zip(formats, ("-", "--", "-.", ":")):
+        part = [r for r in sub if r["config"]["format"] == fmt]
+        for key, color in (("max_abs", "tab:red"), ("rmse", "tab:blue")):
+            spread_line(ax, series(part, x=x, y=f"{DEV}.{key}", by=()).get((), []), label=f"{fmt} decode {key}",
+                        color=color, linestyle=style)
+            spread_line(ax, series(part, x=x, y=f"baseline_vs_golden.{key}", by=()).get((), []),
+                        label=f"{fmt} plain attention {key}", color=color, linestyle=style, marker=None, alpha=0.35)
+        spread_line(rax, series(part, x=x, y="decode_vs_unsplit.max_ulp", by=()).get((), []), label=f"{fmt} max",
+                    color="tab:red", linestyle=style)
+        spread_line(rax, series(part, x=x, y="decode_vs_unsplit.mean_ulp", by=()).get((), []), label=f"{fmt} mean",
+                    color="tab:blue", linestyle=style)
     for a in (ax, rax):
         if logx:
             a.set_xscale("log", base=2)
