@@ -36,9 +36,10 @@ def test_count_ties_per_tile_and_in_a_format():
 
 def test_score_ties_counts_the_kernels_scores():
     q, k, _ = make_qkv(InputSpec(dist="ties", heads=2, seq_len=64, head_dim=16))
-    t = score_ties(q, k, policy="fp64")
+    t = score_ties(q, k, policy="fp64", detail=True)
     assert t.rows == t.exact == t.near == 2 * 64  # every row's maximum is shared
     assert t.max_ties >= 64 // TIE_DISTINCT
+    assert score_ties(q, k, policy="fp64").max_ties is None  # detail off: only the row counts
     causal = score_ties(q, k, policy="fp64", is_causal=True)
     assert causal.rows == 128 and causal.near < 128  # the first TIE_DISTINCT rows see one copy at most
     assert score_ties(q, k, policy="fp64", block=2 * TIE_DISTINCT).near_fraction == 1.0
@@ -64,3 +65,27 @@ def test_new_dists_keep_the_old_ones_unchanged():
     assert torch.equal(q, qt) and not torch.equal(k, kt)  # ties: normal queries, repeated keys
     ql, kl, vl = make_qkv(InputSpec(dist="lowrank", **spec))
     assert all(x.shape == y.shape for x, y in ((q, ql), (k, kl), (v, vl)))
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "fp16"])
+def test_rounding_only_the_top_two_counts_what_rounding_everything_counts(fmt):
+    """Rounding is monotone: the lazy path (top-2 and tied rows rounded) equals rounding all first."""
+    from attnum import round_to
+
+    g = torch.Generator().manual_seed(1)
+    s = torch.randn(64, 48, generator=g, dtype=torch.float64) * 3
+    rounded = round_to(s, fmt)
+    s[::3, 5] = rounded[::3, 5] = -math.inf  # masked after the rounding, as kernels mask
+    for block in (None, 8, 7):
+        assert count_ties(s, fmt=fmt, block=block) == count_ties(rounded, block=block), block
+
+
+def test_additive_mask_goes_through_the_scores_site():
+    from attnum.policy import parse_policy
+
+    q, k, _ = make_qkv(InputSpec(heads=2, seq_len=32, head_dim=8, seed=2))
+    pol = parse_policy("uniform:e4m3fn")
+    zero = torch.zeros(32, 32, dtype=torch.float64)
+    assert score_ties(q, k, policy=pol, attn_mask=zero, detail=True) == score_ties(q, k, policy=pol, detail=True)
+    shifted = score_ties(q, k, policy=pol, attn_mask=zero + 0.3)  # added in the scores' format, rounded again
+    assert shifted.rows == 64
