@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def diverge(
         workload: str = typer.Option("digits", help="digits (caption-conditioned diffusion) or lm (byte LM)."),
-        profile: str = typer.Option("quick", help="quick (minutes on 2 CPU cores) or full."),
+        profile: str = typer.Option("quick", help="quick (minutes on 2 CPU cores) or full; bias (bias-tiny): the "
+                                                  "biased-rounding comparison of attnum.training.bias (lm only)."),
         attention: str = typer.Option(
             "flash:uniform:bf16", help="Candidate: flash:POLICY, baseline:POLICY, eager, or a kernel name (default: "
                                        "flash with every site in bf16, the paper's pairing)."),
@@ -27,7 +28,7 @@ def register(app: typer.Typer) -> None:
         low_precision: str = typer.Option("bf16", help="Autocast dtype of the low-precision run: bf16 or fp16."),
         steps: int | None = typer.Option(None, help="Override the profile's step count."),
         ckpt_every: int | None = typer.Option(None, help="Override the profile's checkpoint interval K."),
-        seeds: str = typer.Option("0,1,2", help="Init seeds, comma-separated (>= 2): one baseline, flash and "
+        seeds: str = typer.Option("0,1,2,3,4", help="Init seeds, comma-separated (>= 2): one baseline, flash and "
                                                 "low-precision run each; the different-init proxy pairs each "
                                                 "seed's baseline with the next seed's."),
         data_seed: int = typer.Option(0, help="Data order seed (the same in every run)."),
@@ -48,6 +49,12 @@ def register(app: typer.Typer) -> None:
             (out / "checkpoints.json").write_text(json.dumps(result, indent=1))
             write_checkpoint_report(result, out)
             print(json.dumps(result, indent=1) if as_json else _folders_text(result))
+            return
+        if profile.startswith("bias"):
+            from attnum.cli.bias import diverge_bias
+
+            diverge_bias(profile=profile, workload=workload, steps=steps, block_k=block_k, seeds=_ints(seeds, "seeds"),
+                         data_seed=data_seed, out=out, as_json=as_json)
             return
         from attnum.training.diverge import DivergeConfig, run_diverge
 
