@@ -162,17 +162,18 @@ def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict) -> str:
 
 
 def _map_table(m: ClaimMap) -> str:
-    """The claim's cells as a table: columns over N and Bc (where they vary), rows over the rest;
+    """The claim's cells as a table: columns over Bc (or N, the group, the format: the first that
+    varies), rows over the rest;
     each cell the judged value, coloured by its verdict, the full sentence on hover."""
     cells = [c for c in m.cells if c.coords]
     if not cells:
         return ""
     fields = m.fields
     varying = [f for f in fields if len({repr(c.coords[f]) for c in cells}) > 1]
-    col_fields = [f for f in ("seq_len", "Bc") if f in varying] or [f for f in ("group", "format") if f in varying][:1]
+    col_fields = [f for f in ("Bc", "seq_len", "group", "format") if f in varying][:1]
     row_fields = [f for f in fields if f not in col_fields]
     cols = sorted({tuple(c.coords[f] for f in col_fields) for c in cells}, key=_key)
-    rows = list(dict.fromkeys(tuple(c.coords[f] for f in row_fields) for c in cells))
+    rows = sorted(dict.fromkeys(tuple(c.coords[f] for f in row_fields) for c in cells), key=_key)
     at = {(tuple(c.coords[f] for f in row_fields), tuple(c.coords[f] for f in col_fields)): c for c in cells}
     from attnum.experiments.cells import LABELS
 
@@ -197,7 +198,8 @@ def _show(v: Any) -> Any:
 
 
 def _key(col: tuple) -> tuple:
-    return tuple((0, x, "") if isinstance(x, (int, float)) else (1, 0, str(x)) for x in col)
+    return tuple((0, x, "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0, str(x))
+                 for x in col)
 
 
 def _figure(name: str, png: Path, caps: dict | None = None) -> str:

@@ -56,7 +56,7 @@ class DivergeConfig:
     low_precision: str = "bf16"
     steps: int | None = None
     ckpt_every: int | None = None
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     data_seed: int = 0
     out: Path = Path("runs/diverge")
 
