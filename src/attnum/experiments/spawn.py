@@ -95,9 +95,14 @@ def run_ranks(fn, world_size: int, *, args: tuple = (), backend: str = "gloo", t
             if errors or silent:
                 # A failure cascades (the others see a reset connection): collect for a moment, then
                 # name the cause first -- a rank that died without a word, else the first error.
-                end = time.monotonic() + 2.0
+                # Wait until every rank has ended (or 10 s): a loaded machine can take seconds to
+                # finish a dying process, and its exit code is what names the cause.
+                end = time.monotonic() + 10.0
                 while time.monotonic() < end:
                     _poll(out, results, errors, 0.1, world_size)
+                    if not any(p.is_alive() for p in procs):
+                        _poll(out, results, errors, 0.1, world_size)
+                        break
                 silent = [r for r, p in enumerate(procs)
                           if r not in results and p.exitcode not in (None, 0) and not any(
                               e.startswith(f"rank {r} ") for e in errors)]
