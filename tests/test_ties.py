@@ -89,3 +89,18 @@ def test_additive_mask_goes_through_the_scores_site():
     assert score_ties(q, k, policy=pol, attn_mask=zero, detail=True) == score_ties(q, k, policy=pol, detail=True)
     shifted = score_ties(q, k, policy=pol, attn_mask=zero + 0.3)  # added in the scores' format, rounded again
     assert shifted.rows == 64
+
+
+def test_fast_input_path_gives_the_preamble_values():
+    from attnum import round_to
+    from attnum.attention import steps
+    from attnum.attention.ties import _load
+    from attnum.policy import parse_policy
+
+    g = torch.Generator().manual_seed(0)
+    pol = parse_policy("uniform:bf16")
+    x = torch.randn(4, 64, generator=g, dtype=torch.float64) * 100
+    on_grid = round_to(x, "bf16")
+    x[0, 0] = 1 + 2.0 ** -8 + 2.0 ** -30  # just above a bf16 midpoint: float32 first would round it twice
+    for t in (x, on_grid, x.float()):
+        assert torch.equal(_load(t, pol), steps.load_input(t, pol))

@@ -66,7 +66,7 @@ REFERENCE = "fp32"
 DATA = ("text", "repeat")
 # Per-profile defaults; a BiasConfig field left None takes its profile's value.
 PROFILES: dict[str, dict] = {
-    "bias": dict(steps=1500, log_every=25, lr=1e-1, seq_len=64, batch_size=16, block_k=8, data="repeat", jobs=2),
+    "bias": dict(steps=2500, log_every=25, lr=1e-1, seq_len=64, batch_size=16, block_k=8, data="repeat", jobs=2),
     "bias-tiny": dict(steps=6, log_every=2, lr=1e-2, seq_len=16, batch_size=4, block_k=4, data="repeat", jobs=1),
 }
 # Kernel-level cases of the report's per-site table (attnum.training.bias_sites), per profile.

@@ -45,11 +45,16 @@ def _median_over_weights(per_weight: dict[str, list[float]]) -> list[float]:
 
 
 def loss_figure(runs: dict, out: Path) -> Path:
+    from attnum.training.bias_headline import smoothed, window
+
     fig, ax = _plt().subplots(figsize=(7, 3.6))
     for name, r in runs.items():
-        ax.plot(range(1, len(r["loss"]) + 1), r["loss"], lw=0.8, alpha=0.8, color=COLORS.get(name), label=name)
+        n, w = len(r["loss"]), window(len(r["loss"]))
+        ax.plot(range(1, n + 1), r["loss"], lw=0.5, alpha=0.25, color=COLORS.get(name))
+        ax.plot(range(w, n + 1), smoothed(r["loss"]), lw=1.2, color=COLORS.get(name), label=name)
     ax.set_yscale("log")
-    ax.set(xlabel="training step", ylabel="training loss", title="Loss (same init, same data order)")
+    ax.set(xlabel="training step", ylabel="training loss",
+           title="Loss (same init, same data order; faint: per step, bold: mean of the last 25 steps)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     return _save(fig, out, "fig_loss")
