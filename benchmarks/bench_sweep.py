@@ -1,6 +1,6 @@
 """Sweep speed: quick-profile wall time, points/s, store overhead per point, --jobs 2 speedup.
 
-    python benchmarks/bench_sweep.py            # everything (the quick profile takes ~5 min)
+    python benchmarks/bench_sweep.py            # everything (the quick profile takes 5-9 min)
     python benchmarks/bench_sweep.py --no-quick # store overhead and jobs speedup only (~1 min)
 
 Prints one JSON object. Targets (issue 3): quick profile <= 10 min on 2 cores; store overhead
