@@ -66,10 +66,13 @@ def test_ten_x_is_judged_per_cell_on_the_median_of_per_seed_ratios(ratio):
 
 def test_ten_x_cites_the_dominant_site_of_an_attribute_point():
     rows = [_row("grid", seed=s, n=8192, fvg=3e-2, bvg=1e-3) for s in range(2)]
+    for r, b in zip(rows, (0.9, 1.0)):
+        r["metrics"]["flash_vs_golden"]["bias"], r["metrics"]["baseline_vs_golden"]["bias"] = b, -b / 100
     attr = _row("attribute", n=8192, kind="attribute")
     attr["metrics"]["dominant"] = {"flash": {"site": "row_sum", "alone": 0.99, "left": 0.14}}
     (cell,) = _map([*rows, attr], "ten_x").cells
     assert cell.verdict == "holds" and "dominant site: row_sum (alone 0.99" in cell.text
+    assert "magnitude bias flash +0.95, baseline -0.01" in cell.text and cell.numbers["bias_flash"] == 0.95
 
 
 def test_cells_keep_every_varying_field_apart():

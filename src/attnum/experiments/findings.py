@@ -263,11 +263,15 @@ def _ten_x(rows: list[Row], attribute: list[Row]) -> tuple[str, list[Cell]]:
                 f"ratios, {s['min']:.2g}..{s['max']:.2g})")
         if means:
             text += f"; mean error ratio {statistics.median(means):.2g}x"
+        bias = {impl: _median(cell_rows, f"{impl}_vs_golden.bias") for impl in ("flash", "baseline")}
+        if None not in bias.values():
+            # mean(e * sign(golden)) / mean|e|: +1 when every error enlarges |O| (a row sum that stops growing)
+            text += f"; magnitude bias flash {bias['flash']:+.2f}, baseline {bias['baseline']:+.2f}"
         site = _dominant(attribute, cell_rows[0])
         if site:
             text += f"; dominant site: {site}"
         numbers = {"ratio": ratio, "seq_len": cell_rows[0]["config"]["seq_len"], "seeds": s["n"],
-                   "dominant_site": site}
+                   "dominant_site": site, "bias_flash": bias["flash"], "bias_baseline": bias["baseline"]}
         tc = ((cell_rows[0].get("metrics") or {}).get("tiles") or {}).get("Tc")
         if tc:
             numbers["Tc"] = int(tc)
