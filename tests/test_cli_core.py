@@ -78,3 +78,16 @@ def test_compare_grad_json(capsys):
     result = json.loads(out)
     for grad in ("dq", "dk", "dv"):
         assert result["metrics"]["flash_vs_golden"][grad]["max_abs"] <= 1e-12
+
+
+def test_validate_eager_from_the_cli(capsys):
+    """`attnum validate --eager`: the torch-eager policy against PyTorch eager attention, in JSON."""
+    import json
+
+    from attnum.cli import main
+
+    assert main(["validate", "--eager", "--formats", "bf16", "--seq-lens", "64", "--heads", "1", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["format"] == "bf16" and row["seq_len"] == 64
+    assert row["identical"] > row["identical_uniform"]  # the eager model is closer to eager than uniform is
+    assert main(["validate", "--eager", "--formats", "e4m3fn"]) == 2

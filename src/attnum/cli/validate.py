@@ -26,9 +26,15 @@ def register(app: typer.Typer) -> None:
         head_dim: int = typer.Option(64),
         causal: bool = typer.Option(False),
         seed: int = typer.Option(0),
+        eager: bool = typer.Option(False, "--eager", help="Validate the torch-eager:<fmt> policy against "
+                                                          "PyTorch eager attention instead."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Emulation under torch-cpu:<fmt> vs torch's CPU flash SDPA: ULPs apart and % identical."""
+        """Emulation under torch-cpu:<fmt> vs torch's CPU flash SDPA (or, with --eager, torch-eager:<fmt>
+        vs op-by-op eager attention): ULPs apart and % identical."""
+        if eager:
+            _validate_eager(formats, seq_lens, heads, head_dim, causal, seed, as_json)
+            return
         cfg = ValidateConfig(formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
                              seq_lens=_ints(seq_lens, "seq_lens"), heads=heads, head_dim=head_dim,
                              causal=causal, seed=seed)
@@ -48,3 +54,29 @@ def register(app: typer.Typer) -> None:
                           f"{r['mean_ulp']:.4f}", f"{100 * r['identical']:.2f}%",
                           f"{r['emulation_vs_golden']:.3e}", f"{r['kernel_vs_golden']:.3e}")
         Console(width=max(Console().width, 150)).print(table)
+
+
+def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, causal: bool, seed: int,
+                    as_json: bool) -> None:
+    from attnum.experiments.validate_eager import FORMATS, EagerValidateConfig, run_validate_eager
+
+    wanted = tuple(f.strip() for f in formats.split(",") if f.strip()) or FORMATS
+    cfg = EagerValidateConfig(formats=wanted, seq_lens=_ints(seq_lens, "seq_lens"), heads=heads,
+                              head_dim=head_dim, causal=causal, seed=seed)
+    rows = run_validate_eager(cfg)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="attnum (torch-eager policy) vs PyTorch eager attention on CPU")
+    for col in ("format", "N", "max ULP", "mean ULP", "identical", "uniform identical", "fa2 identical",
+                "emu vs golden", "eager vs golden"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["format"], str(r["seq_len"]), f"{r['max_ulp']:.2f}", f"{r['mean_ulp']:.4f}",
+                      f"{100 * r['identical']:.2f}%", f"{100 * r['identical_uniform']:.2f}%",
+                      f"{100 * r['identical_fa2']:.2f}%", f"{r['emulation_vs_golden']:.3e}",
+                      f"{r['eager_vs_golden']:.3e}")
+    Console(width=max(Console().width, 150)).print(table)

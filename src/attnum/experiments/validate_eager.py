@@ -20,6 +20,7 @@ from attnum.formats import get_format, torch_dtype
 from attnum.inputs import InputSpec, make_qkv
 from attnum.metrics import deviation
 from attnum.policy import parse_policy
+from attnum.rounding import round_to
 
 FORMATS = ("bf16", "fp16", "fp32")
 CONTRAST = ("uniform", "fa2")
@@ -48,7 +49,7 @@ class EagerValidateConfig:
 def validate_eager_point(fmt: str, N: int, cfg: EagerValidateConfig) -> dict:
     """One (format, N): torch-eager emulation vs eager attention, and each against float64 golden."""
     dtype = torch_dtype(fmt)
-    q, k, v = (x.to(dtype) for x in make_qkv(InputSpec(heads=cfg.heads, seq_len=N, head_dim=cfg.head_dim,
+    q, k, v = (round_to(x, fmt).to(dtype) for x in make_qkv(InputSpec(heads=cfg.heads, seq_len=N, head_dim=cfg.head_dim,
                                                         seed=cfg.seed)))
     real = eager_attention(q, k, v, is_causal=cfg.causal).double()
     emu = baseline_attention(q, k, v, is_causal=cfg.causal, policy=parse_policy(f"torch-eager:{fmt}")).double()
