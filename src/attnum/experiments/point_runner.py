@@ -99,6 +99,9 @@ _RUNNERS = {
     # decode and fp8-table points (attnum.experiments.inference) run themselves
     "decode": lambda point, kernels: _plain(point.run()),
     "fp8-table": lambda point, kernels: _plain(point.run()),
+    # ring and spec points (attnum.experiments.study_points) too
+    "ring": lambda point, kernels: _plain(point.run()),
+    "spec": lambda point, kernels: _plain(point.run()),
 }
 
 

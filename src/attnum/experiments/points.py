@@ -71,6 +71,10 @@ class Point(CompareConfig):
             from attnum.experiments.inference import point_from_config
 
             return point_from_config(cfg)
+        if cfg.get("kind") in ("ring", "spec"):  # the ring / speculative-decoding studies' points
+            from attnum.experiments.study_points import point_from_config as study_point
+
+            return study_point(cfg)
         if cfg.get("kind") == "kernels" and cfg.get("policy") is None:
             cfg.pop("policy", None)
         return cls(**cfg)

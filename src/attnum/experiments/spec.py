@@ -15,7 +15,9 @@ emulation, optional ``[defaults]`` and either top-level ``[axes]`` / ``[[points]
 
 An axis (or a point) may also set ``kind``: ``compare`` (the default), ``attribute`` (an error
 budget per rounding site at that configuration, :mod:`attnum.experiments.attribute`) or ``decode`` (a
-KV-cache decode point whose axes are ``attnum decode``'s flags, :mod:`attnum.experiments.inference`), and
+KV-cache decode point whose axes are ``attnum decode``'s flags, :mod:`attnum.experiments.inference`), ``ring`` (one shard count, layout and
+merge policy of ``attnum ring``, simulated, its other flags as axes) or ``spec`` (one format and k of
+``attnum spec``'s exact TV; :mod:`attnum.experiments.study_points` for both), and
 ``baseline_policy`` gives the baseline its own policy (``torch-eager``: PyTorch eager attention in
 the point's format).
 
@@ -37,6 +39,7 @@ from attnum.errors import AttnumInputError
 from attnum.experiments.compare import FIELDS
 from attnum.experiments.decode import DECODE_FIELDS
 from attnum.experiments.points import AXES, COMPARISONS, Point
+from attnum.experiments.study_points import RING_FIELDS, SPEC_FIELDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -231,12 +234,17 @@ def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, pre
 
 
 def _make_point(cfg: dict[str, Any]):
-    """A Point, or a DecodePoint for ``kind = "decode"``; an axis the kind does not take is an input error."""
+    """A Point, or a DecodePoint / RingPoint / SpecPoint for ``kind = "decode"`` / ``"ring"`` / ``"spec"``;
+    an axis the kind does not take is an input error."""
     cls = Point
     if cfg.get("kind") == "decode":
         from attnum.experiments.inference import DecodePoint
 
         cls = DecodePoint
+    elif cfg.get("kind") in ("ring", "spec"):
+        from attnum.experiments.study_points import RingPoint, SpecPoint
+
+        cls = RingPoint if cfg["kind"] == "ring" else SpecPoint
     names = {f.name for f in dataclasses.fields(cls)}
     extra = sorted(set(cfg) - names)
     if extra:
@@ -255,9 +263,12 @@ def _product(items: list[tuple[str, list[Any]]]):
             yield ((key, v), *tail)
 
 
-SPEC_KINDS = ("compare", "attribute", "decode")  # kernel points follow from the compare points and ``record``
-# decode points (attnum.experiments.inference.DecodePoint) take DecodeConfig's fields as axes
+SPEC_KINDS = ("compare", "attribute", "decode", "ring", "spec")  # kernel points follow from compare points and ``record``
+# decode points (attnum.experiments.inference.DecodePoint) take DecodeConfig's fields as axes; ring and
+# spec points (attnum.experiments.study_points) the studies' flags (their own ones checked here, shared
+# ones such as format or seed by compare's validators; the point then checks the combination)
 DECODE_AXES = tuple(DECODE_FIELDS)
+_OTHER_FIELDS = {**DECODE_FIELDS, **RING_FIELDS, **SPEC_FIELDS}
 
 
 def _check_axis(source: str, where: str, key: str, value: Any) -> None:
@@ -265,12 +276,12 @@ def _check_axis(source: str, where: str, key: str, value: Any) -> None:
         if value not in SPEC_KINDS:
             raise _bad(source, where, value, f"one of {SPEC_KINDS}")
         return
-    if key not in AXES and key not in DECODE_AXES:
+    if key not in AXES and key not in _OTHER_FIELDS:
         raise AttnumInputError(
             f"{source}: {where} is not a known axis; expected one of "
-            f"{', '.join(sorted({*AXES, *DECODE_AXES, 'kind'}))}"
+            f"{', '.join(sorted({*AXES, *_OTHER_FIELDS, 'kind'}))}"
         )
-    allowed, ok = FIELDS[key] if key in FIELDS else DECODE_FIELDS[key]
+    allowed, ok = FIELDS[key] if key in FIELDS else _OTHER_FIELDS[key]
     if not ok(value):
         raise _bad(source, where, value, allowed)
 

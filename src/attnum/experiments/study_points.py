@@ -1,0 +1,226 @@
+"""Sweep points for the ring-attention and speculative-decoding studies (``kind = "ring"`` / ``"spec"``).
+
+Each is a frozen config with one scalar value per axis, a stable key and :meth:`run`, which calls the
+study itself at that one configuration and stores its one row flat:
+
+- ``ring``: :class:`RingPoint` -> :func:`attnum.experiments.ring_study.run_ring` with one shard count,
+  layout and merge policy: ``max_abs``, ``mean_abs``, ``rmse`` against the fp64 golden, the
+  single-device flash beside it (``single_max_abs``, ``single_mean_abs``, ``ratio_to_single``),
+  ``nan``, and the timings. Simulated backend only (``attnum ring --backend gloo`` runs real ranks).
+  ``policy`` names no format; the ``format`` axis gives it, as in compare points.
+- ``spec``: :class:`SpecPoint` -> :func:`attnum.experiments.spec_decode.run_spec` with one format
+  and one k, the exact enumeration (no Monte-Carlo): ``tv`` (to the target), ``tv_plain`` (plain
+  sampling from the rounded target, the baseline), ``tv_first``, ``fail``, ``expected_tokens``,
+  ``ratio`` and ``seconds``.
+
+:data:`RING_FIELDS` and :data:`SPEC_FIELDS` hold each axis's validator (what the spec checks first);
+the point's own construction then checks the combination (e.g. P must divide N).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from attnum.attention.merge import METHODS
+from attnum.attention.ring import LAYOUTS
+from attnum.errors import AttnumInputError, bad_value
+from attnum.experiments.compare import FIELDS as COMPARE_FIELDS
+from attnum.experiments.compare import POLICY_NAMES
+from attnum.formats import get_format
+from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
+
+KINDS = ("ring", "spec")
+
+
+def _pos(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _parses(parse):
+    def check(v: Any) -> bool:
+        try:
+            parse(v)
+        except (AttnumInputError, TypeError, ValueError):
+            return False
+        return True
+
+    return check
+
+
+def _policy_ok(v: Any) -> bool:
+    from attnum.policy import parse_policy
+
+    return _parses(lambda x: parse_policy(x))(v)
+
+
+RING_FIELDS: dict[str, tuple[str, Any]] = {
+    "shards": ("a positive integer (P, ring ranks; N must split into P (contiguous) or 2P (zigzag) blocks)", _pos),
+    "layout": (f"one of {LAYOUTS}", lambda v: v in LAYOUTS),
+    "merge_policy": ("a format or policy for the cross-shard merge (e.g. fp32, bf16)", _policy_ok),
+    "merge_method": (f"one of {METHODS}", lambda v: v in METHODS),
+    "backend": ("'sim' (sweeps run the simulated ring; attnum ring --backend gloo/nccl runs real ranks)",
+                lambda v: v == "sim"),
+}
+SPEC_FIELDS: dict[str, tuple[str, Any]] = {
+    "vocab": ("an integer >= 2 (V)", lambda v: _pos(v) and v >= 2),
+    "k": ("a positive integer (draft tokens per step)", _pos),
+    "draft_format": ("unset (the verified q^) or a format name", lambda v: v is None or _parses(get_format)(v)),
+    "noise": (f"one of {tuple(NOISE)}", lambda v: v in NOISE),
+    "q_zero": (f"one of {Q_ZERO}", lambda v: v in Q_ZERO),
+    "zero_residual": (f"one of {ZERO_RESIDUAL}", lambda v: v in ZERO_RESIDUAL),
+    "uniform_bits": ("unset (u continuous) or an integer in 1..64", lambda v: v is None or (_pos(v) and v <= 64)),
+    "logit_std": ("a positive finite number", lambda v: _num(v) and v > 0),
+    "draft_noise": ("a non-negative finite number", lambda v: _num(v) and v >= 0),
+}
+
+
+def _key(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+
+
+class _PointMixin:
+    """What the sweep machinery asks of a point (``attnum.experiments.points.Point``'s interface)."""
+
+    def config(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def identity(self) -> dict[str, Any]:
+        return self.config()
+
+    @property
+    def key(self) -> str:
+        return _key(self.identity())
+
+    def kernel_point(self) -> None:
+        return None
+
+    def _check(self, table: dict[str, tuple[str, Any]]) -> None:
+        for f in dataclasses.fields(self):
+            if f.name in ("kind",):
+                continue
+            allowed, ok = table[f.name] if f.name in table else COMPARE_FIELDS[f.name]
+            if not ok(getattr(self, f.name)):
+                raise bad_value(f.name, getattr(self, f.name), allowed)
+        if self.device != "cpu":
+            raise bad_value("device", self.device, "'cpu' (the studies' emulation runs on CPU)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RingPoint(_PointMixin):
+    """One (shards, layout, merge policy) of ``attnum ring``, the other flags as axes."""
+
+    kind: str = "ring"
+    shards: int = 2
+    layout: str = "contiguous"
+    merge_policy: str = "fp32"
+    merge_method: str = "lse"
+    policy: str = "fa2"
+    format: str = "bf16"
+    seq_len: int = 4096
+    heads: int = 4
+    kv_heads: int | None = None
+    head_dim: int = 64
+    batch: int = 1
+    causal: bool = True
+    block_k: int | None = None
+    seed: int = 0
+    backend: str = "sim"
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.kind != "ring":
+            raise bad_value("kind", self.kind, "'ring'")
+        self._check(RING_FIELDS)
+        if self.policy.split(",")[0] not in POLICY_NAMES:
+            raise bad_value("policy", self.policy, f"NAME[,site=FORMAT...] with NAME in {POLICY_NAMES} "
+                            "(in a sweep the format axis gives the format)")
+        object.__setattr__(self, "format", get_format(self.format).name)
+        self.ring_config()  # P against N and layout, kv_heads against heads, ...
+
+    def ring_policy(self) -> str:
+        head, *sites = self.policy.split(",")
+        return ",".join([f"{head}:{self.format}", *sites])
+
+    def ring_config(self):
+        from attnum.experiments.ring_study import RingConfig
+
+        return RingConfig(shards=(self.shards,), layout=(self.layout,), merge_policy=(self.merge_policy,),
+                          policy=self.ring_policy(), merge_method=self.merge_method, seq_len=self.seq_len,
+                          heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, batch=self.batch,
+                          causal=self.causal, block_k=self.block_k, seed=self.seed, backend=self.backend)
+
+    def run(self) -> dict[str, Any]:
+        from attnum.experiments.ring_study import run_ring
+
+        (row,) = run_ring(self.ring_config())["rows"]
+        return {k: v for k, v in row.items() if k not in ("shards", "layout", "merge_policy", "backend")}
+
+    def label(self) -> str:
+        return (f"ring {self.ring_policy()} P={self.shards} {self.layout} merge={self.merge_policy} N={self.seq_len} "
+                f"H={self.heads} d={self.head_dim}{' causal' if self.causal else ''} seed={self.seed}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpecPoint(_PointMixin):
+    """One (format, k) of ``attnum spec`` (exact TV), the other flags as axes."""
+
+    kind: str = "spec"
+    vocab: int = 32
+    k: int = 4
+    format: str = "bf16"
+    draft_format: str | None = None
+    noise: str = "exact"
+    q_zero: str = "reject"
+    zero_residual: str = "fail"
+    uniform_bits: int | None = None
+    logit_std: float = 2.0
+    draft_noise: float = 0.5
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.kind != "spec":
+            raise bad_value("kind", self.kind, "'spec'")
+        self._check(SPEC_FIELDS)
+        object.__setattr__(self, "format", get_format(self.format).name)
+        for name in ("logit_std", "draft_noise"):  # 2 and 2.0 are one point
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.draft_format is not None:
+            object.__setattr__(self, "draft_format", get_format(self.draft_format).name)
+        self.spec_config()  # vocab**(k+1) small enough to enumerate, ...
+
+    def spec_config(self):
+        from attnum.experiments.spec_decode import SpecConfig
+
+        return SpecConfig(vocab=self.vocab, k=(self.k,), format=(self.format,), draft_format=self.draft_format,
+                          noise=self.noise, q_zero=self.q_zero, zero_residual=self.zero_residual,
+                          uniform_bits=self.uniform_bits, logit_std=self.logit_std, draft_noise=self.draft_noise,
+                          seed=self.seed)
+
+    def run(self) -> dict[str, Any]:
+        from attnum.experiments.spec_decode import run_spec
+
+        (row,) = run_spec(self.spec_config())["rows"]
+        return {k: v for k, v in row.items() if k not in ("format", "k", "vocab")}
+
+    def label(self) -> str:
+        draft = f" draft={self.draft_format}" if self.draft_format else ""
+        return f"spec {self.format}{draft} V={self.vocab} k={self.k} noise={self.noise} seed={self.seed}"
+
+
+def point_from_config(config: dict[str, Any]):
+    """The point a stored ``config`` dict describes (``kind`` ring or spec)."""
+    cfg = dict(config)
+    kind = cfg.get("kind")
+    if kind == "ring":
+        return RingPoint(**cfg)
+    if kind == "spec":
+        return SpecPoint(**cfg)
+    raise bad_value("kind", kind, f"one of {KINDS}")
