@@ -16,7 +16,7 @@ from attnum.kernels.serving import ServingTarget
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SERVING = ("merge-empty-split", "merge-two-empty", "lse-base", "inf-lse-empty-rows", "split-invariance",
-           "page-padding-leak", "block-table-past-end", "decode-causal-alignment")
+           "page-padding-leak", "block-table-past-end", "decode-causal-alignment", "kv-scale-overflow")
 ADAPTERS = ("flashinfer-merge", "flashinfer-decode", "flash-attn-kvcache", "vllm-merge")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -42,7 +42,8 @@ def test_the_reference_serving_target_passes_every_serving_probe(policy):
 
 @pytest.mark.parametrize("example,probe", [("sentinel_merge", "merge-empty-split"),
                                            ("nan_merge", "merge-two-empty"),
-                                           ("padding_leak_decode", "page-padding-leak")])
+                                           ("padding_leak_decode", "page-padding-leak"),
+                                           ("fp8_kv_fixed_scale", "kv-scale-overflow")])
 def test_each_planted_bug_fails_exactly_its_probe(example, probe):
     rows, report = audit(f"{EXAMPLES}/{example}.py:target", dtypes="bf16", strict=True)
     failed = {name for (name, _), r in rows.items() if not r.passed}
@@ -77,3 +78,17 @@ def test_real_kernel_adapters_are_unavailable_here_with_the_reason(name):
         assert not target.available and target.fn is None and why
         rows, report = audit(name, "merge-two-empty", device="cuda")
         assert not report.available and not report.passed and rows == {}
+
+
+def test_kv_scale_overflow_catches_nan_and_clamping_in_every_dtype():
+    from attnum.kernels.serving import reference
+
+    rows, _ = audit(f"{EXAMPLES}/fp8_kv_fixed_scale.py:target", "kv-scale-overflow", dtypes="bf16,fp16,fp32")
+    assert all(r.status == "fail" and "NaN" in r.note for r in rows.values()), {k: r.note for k, r in rows.items()}
+    attend = reference("fa2").decode
+
+    def saturating(q, k, v, **kw):  # a saturating FP8 store at scale 1.0: clamps to 448 instead of NaN
+        return attend(q, k.clamp(-448, 448), v.clamp(-448, 448), **kw)
+
+    rows, _ = audit("sat", "kv-scale-overflow", dtypes="bf16", fn=ServingTarget("sat", decode=saturating))
+    assert rows[("kv-scale-overflow", "bf16")].status == "fail"

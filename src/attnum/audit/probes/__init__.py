@@ -20,6 +20,7 @@ from attnum.audit.probes import (
     grad_low_lse,
     grad_tile_tail,
     inf_lse_empty_rows,
+    kv_scale_overflow,
     long_sequence,
     lse_base,
     masked_key_leak,
@@ -49,8 +50,7 @@ _MODULES = (
     nonfinite_masked_kv,
     determinism,
     batch_invariance,
-    # serving side (merge / decode targets, attnum.kernels.serving); the KV-cache scale overflow probe is
-    # part of the FP8 KV work (attnum.attention.quant)
+    # serving side (merge / decode targets, attnum.kernels.serving)
     merge_empty_split,
     merge_two_empty,
     lse_base,
@@ -59,6 +59,7 @@ _MODULES = (
     page_padding_leak,
     block_table_past_end,
     decode_causal_alignment,
+    kv_scale_overflow,
     grad_fully_masked,
     grad_low_lse,
     grad_tile_tail,

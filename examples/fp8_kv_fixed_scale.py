@@ -1,0 +1,49 @@
+"""A decode kernel with an FP8 (e4m3fn) KV cache at vLLM's default fixed scale 1.0: outliers become NaN.
+
+BUGGY ON PURPOSE - an audit target for ``attnum audit examples/fp8_kv_fixed_scale.py:target``.
+
+vLLM's FP8 KV cache (docs/features/quantization/quantized_kvcache.md) uses ``k_scale = v_scale = 1.0``
+unless calibrated. Every K and V entry is divided by that scale and cast to e4m3fn, whose largest value is
+448 and which has no infinity: an entry above ~464 has no code and the non-saturating cast gives NaN,
+silently. The cache here goes through attnum.attention.quant (``kv_cache_quantization("fp8", 1.0)``,
+``quantize_kv_cache``) before attention, and every entry the quantizer sends out of range is NaN in the
+cache the kernel attends over. The attention itself is attnum's decode (``decode:fa2``: bottom-right causal,
+pages, natural LSE) in one pass (split counts are ignored, so the output is split-invariant bit for bit),
+so only the overflow is wrong.
+
+One simplification, so that the example fails exactly ``kv-scale-overflow``: in-range entries keep their
+cache-dtype value instead of their 3-mantissa-bit e4m3 one. Real e4m3 rounding (relative error up to
+2**-4) would on its own fail every decode probe's accuracy bound; the overflow is the part no tolerance
+excuses, and the part a fixed scale adds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnum.attention.quant import kv_cache_quantization, quantize_kv_cache
+from attnum.kernels.serving import ServingTarget, reference
+
+KV_CACHE = kv_cache_quantization("fp8", 1.0)  # e4m3fn, one scale per tensor, fixed at vLLM's default 1.0
+_ATTEND = reference("fa2").decode
+
+
+def _fp8_cache(k_cache, v_cache):
+    """The cache after the FP8 store: NaN wherever e4m3fn at scale 1.0 has no code for the entry."""
+    kv = quantize_kv_cache(k_cache, v_cache, KV_CACHE)  # k, v: (B, G, S, d) or a page pool, 4-D either way
+    out = []
+    for x, qx in ((k_cache, kv.k), (v_cache, kv.v)):
+        lost = torch.isfinite(x.double()) & ~torch.isfinite(qx.values)  # the silent overflow (qx.overflow counts it)
+        out.append(x.masked_fill(lost.to(x.device), float("nan")))
+    return out
+
+
+def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
+           is_causal=True, scale=None, return_lse=False):
+    """q (B, H, N, d); cache (B, G, S, d) or pages (n_pages, P, G, d) with a block table; one pass."""
+    k8, v8 = _fp8_cache(k_cache, v_cache)
+    return _ATTEND(q, k8, v8, cache_seqlens=cache_seqlens, block_table=block_table, num_splits=1,
+                   max_seqlen=max_seqlen, is_causal=is_causal, scale=scale, return_lse=return_lse)
+
+
+target = ServingTarget("fp8-kv-fixed-scale", decode=decode)
