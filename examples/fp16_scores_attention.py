@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from kernel_utils import expand_kv, mask_bias
 
 
