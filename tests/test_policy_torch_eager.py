@@ -22,6 +22,8 @@ def test_torch_eager_matches_eager_attention(fmt, seq_len, one_thread):
     # One output rounding landing on the other neighbour (GEMM summation order, torch's vectorised exp)
     # is 1 ULP; the policy must leave nothing larger, and match bit for bit almost everywhere.
     assert row["max_ulp"] <= 1.0
-    assert row["identical"] >= 0.99
-    # The other policies model other kernels: they do not match eager attention (~40% identical).
+    # How many elements the GEMM's summation order flips to the other neighbour depends on the ISA
+    # (measured 99.3-99.98% identical with AVX512, 98.5-99.0% with AVX2): the claim tested is that the
+    # policy models eager attention and the other policies do not (~40% identical), on any CPU.
+    assert row["identical"] >= 0.95
     assert row["identical_uniform"] < 0.6 and row["identical_fa2"] < 0.6
