@@ -29,7 +29,8 @@ def is_user_spec(spec: str) -> bool:
     return ":" in spec
 
 
-def _import_file(path: Path, spec: str):
+def import_file(path: Path, spec: str):
+    """Import a user's ``.py`` file as a fresh module; any failure is an AttnumInputError naming it."""
     if not path.is_file():
         raise AttnumInputError(f"target {spec!r}: file {str(path)!r} does not exist")
     folder = str(path.resolve().parent)
@@ -90,7 +91,7 @@ def load_user_target(spec: str) -> Callable:
     if not where or not attr:
         raise AttnumInputError(f"target {spec!r}: expected 'package.module:function' or 'path/file.py:function'")
     is_file = where.endswith(".py") or "/" in where or "\\" in where
-    module = _import_file(Path(where), spec) if is_file else _import_module(where, spec)
+    module = import_file(Path(where), spec) if is_file else _import_module(where, spec)
     fn = module
     for part in attr.split("."):
         if not hasattr(fn, part):

@@ -20,12 +20,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnum.errors import AttnumInputError
+from attnum.kernels.user import import_file
 from attnum.sampling import reference_sampler
 from attnum.spec_audit import hf
 
@@ -52,27 +52,6 @@ def _builtin(name: str) -> SamplerFn:
     return reference_sampler if name == "attnum" else hf.sampler
 
 
-def _import_file(path: Path, spec: str):
-    if not path.is_file():
-        raise AttnumInputError(f"target {spec!r}: file {str(path)!r} does not exist")
-    folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    name = f"attnum_sampler_{abs(hash(str(path.resolve())))}_{path.stem}"
-    mod_spec = importlib.util.spec_from_file_location(name, path)
-    if mod_spec is None or mod_spec.loader is None:
-        raise AttnumInputError(f"target {spec!r}: cannot load {str(path)!r} as a Python module")
-    module = importlib.util.module_from_spec(mod_spec)
-    sys.modules[name] = module
-    try:
-        mod_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is a usage error
-        sys.modules.pop(name, None)
-        raise AttnumInputError(f"target {spec!r}: importing {str(path)!r} failed: "
-                               f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
-    return module
-
-
 def resolve_sampler(spec: str | SamplerFn) -> tuple[str, SamplerFn]:
     """(name, callable) for a registry name, a ``module:function`` or ``file.py:function``."""
     if callable(spec):
@@ -88,7 +67,7 @@ def resolve_sampler(spec: str | SamplerFn) -> tuple[str, SamplerFn]:
         raise AttnumInputError(f"target={spec!r} is not allowed; expected one of {sorted(BUILTINS)}, "
                                "'package.module:function' or 'path/file.py:function'")
     if where.endswith(".py") or "/" in where:
-        module = _import_file(Path(where), spec)
+        module = import_file(Path(where), spec)
     else:
         try:
             module = importlib.import_module(where)
