@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from attnum.errors import AttnumInputError
 from attnum.kernels import (
+    conventions,
     flash_attn,
     flash_attn_kvcache,
     flashinfer,
@@ -55,6 +56,12 @@ class Kernel:
     package: str | None = None
     doc: str = ""
     dtypes: tuple[torch.dtype, ...] = field(default=_EVERY_DTYPE)
+    causal_alignment: str = conventions.DEFAULT_CAUSAL_ALIGNMENT  # see attnum.kernels.conventions
+    empty_rows: str = conventions.DEFAULT_EMPTY_ROWS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
+        object.__setattr__(self, "empty_rows", conventions.empty_rows(self.empty_rows))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +72,8 @@ class Target:
     fn: SdpaFn | None
     available: bool
     reason: str = ""
+    # What the target declares (attnum.kernels.conventions); absent keys: undeclared.
+    declared: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.available != (self.fn is not None):
@@ -92,11 +101,27 @@ def _sdpa(name: str, backend: str | None, devices: tuple[str, ...], doc: str) ->
     return Kernel(name=name, fn=_sdpa_backend(backend), devices=devices, doc=doc)
 
 
+# Conventions of the adapters whose modules do not state them (research/edge-cases.md §2.5, §2.8;
+# inference-numerics.md): flash-attn >= 2.1 and FlashInfer align causal bottom-right, and both write
+# 0 for rows with no key (flash-attn#1778 "the top of the output will be zero", FlashInfer's
+# state_t::normalize after flashinfer#4401). xformers' LowerTriangularMask and flex (through
+# attention.masks) are top-left.
+_CONVENTIONS = {
+    "flash-attn": ("bottom_right", "zeros"),
+    "flash-attn-kvcache": ("bottom_right", "zeros"),
+    "flashinfer": ("bottom_right", "zeros"),
+    "flashinfer-decode": ("bottom_right", "zeros"),
+}
+
+
 def _adapter(mod) -> Kernel:
     """An adapter module beside this one; it imports its package lazily inside ``sdpa``, so a
-    missing package only makes that kernel unavailable."""
+    missing package only makes that kernel unavailable. A module may declare its conventions as
+    ``CAUSAL_ALIGNMENT`` and ``EMPTY_ROWS``."""
+    align, empty = _CONVENTIONS.get(mod.NAME, (conventions.DEFAULT_CAUSAL_ALIGNMENT, conventions.DEFAULT_EMPTY_ROWS))
     return Kernel(name=mod.NAME, fn=mod.sdpa, devices=mod.DEVICES, package=mod.PACKAGE, dtypes=mod.DTYPES,
-                  doc=(mod.__doc__ or "").strip().splitlines()[0])
+                  doc=(mod.__doc__ or "").strip().splitlines()[0],
+                  causal_alignment=getattr(mod, "CAUSAL_ALIGNMENT", align), empty_rows=getattr(mod, "EMPTY_ROWS", empty))
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
@@ -173,14 +198,17 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
-        return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True)
+        return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True,
+                      declared=conventions.declared(spec))
     if not isinstance(spec, str) or not spec.strip():
         raise _unknown(param, spec)
     spec = spec.strip()
     kind, sep, policy = spec.partition(":")
     if spec in KERNELS:
         ok, why = kernel_status(spec, device)
-        return Target(name=spec, fn=KERNELS[spec].fn if ok else None, available=ok, reason=why)
+        kern = KERNELS[spec]
+        return Target(name=spec, fn=kern.fn if ok else None, available=ok, reason=why,
+                      declared={"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows})
     if spec in reference.NAMES:
         fn = reference.builtin(spec)
     elif sep and kind in reference.FAMILIES:
@@ -192,7 +220,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     else:
         raise _unknown(param, spec)
     ok, why = _status(spec, _ANY_DEVICE, None, device)
-    return Target(name=spec, fn=fn if ok else None, available=ok, reason=why)
+    return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=conventions.declared(fn))
 
 
 def require(spec: str | SdpaFn, device: str | None = None, *, block_q: int | None = None,
