@@ -4,6 +4,13 @@ A probe is a function ``run(ctx) -> list[Case]``: it builds adversarial inputs (
 to ``ctx.dtype``), asks ``ctx.check`` (forward) or ``ctx.check_grad`` (backward) for a verdict per
 case, and returns them. The runner turns the worst case into the probe's row.
 
+Conventions (attnum.kernels.conventions): every reference is built with the target's declared causal
+alignment (``ctx.causal_alignment``) and empty-row output (``ctx.empty_rows``), so a probe that calls
+``ctx.check`` / ``ctx.check_grad`` / ``ctx.expected`` honours them without knowing about them.
+``ctx.call`` checks the output's type, shape, dtype and device (a mismatch fails the case) and tells
+``ctx.monitor`` before and after each call of the target, so the isolating runner can name the case
+a dead or silent target was in.
+
 Shapes: q (B, H, N, d), k (B, G, S, d), v (B, G, S, dv).
 """
 
@@ -19,23 +26,51 @@ from attnum.attention import masks
 from attnum.audit import reference, terms
 from attnum.audit.verdict import SEVERITY, Verdict, judge
 from attnum.formats import FloatFormat
+from attnum.kernels.conventions import CAUSAL_ALIGNMENTS
+from attnum.kernels.conventions import EMPTY_ROWS as EMPTY_ROW_CONVENTIONS
 from attnum.rounding import round_to
 
-EMPTY_ROW_CONVENTIONS = ("zeros", "nan")
 PROBE_KINDS = ("forward", "backward", "behaviour")
+__all__ = ["CAUSAL_ALIGNMENTS", "EMPTY_ROW_CONVENTIONS", "Case", "Probe", "ProbeContext", "WrongOutput", "raised"]
 
 
 # Messages with which torch refuses an input a backend does not implement (not a bug: a limit).
 _REFUSALS = ("No available kernel", "No viable backend", "not implemented for", "not supported")
 
 
+class WrongOutput(Exception):
+    """The target returned something other than a (B, H, N, dv) tensor of the inputs' dtype on the
+    audited device: a failure of the case, whatever its values."""
+
+
 def raised(exc: BaseException) -> Verdict:
-    """The verdict for a kernel that raised: "unsupported" for a declared limitation, else "error"."""
+    """The verdict for a kernel that raised: "unsupported" for a declared limitation, "fail" for a
+    wrong output (:class:`WrongOutput`), else "error"."""
     msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     refused = isinstance(exc, NotImplementedError) or any(r in str(exc) for r in _REFUSALS)
     nan = math.nan
+    if isinstance(exc, WrongOutput):
+        return Verdict(status="fail", target_error=math.inf, baseline_error=nan, bound=nan, note=str(exc))
     return Verdict(status="unsupported" if refused else "error", target_error=nan, baseline_error=nan,
                    bound=nan, note=msg)
+
+
+def check_output(out: object, q: torch.Tensor, v: torch.Tensor, device: str) -> torch.Tensor:
+    """``out`` if it is what SDPA returns for q (B, H, N, d), v (B, G, S, dv) on ``device``: a tensor
+    (B, H, N, dv) of q's dtype; otherwise :class:`WrongOutput` saying what differs."""
+    if not isinstance(out, torch.Tensor):
+        raise WrongOutput(f"target returned {type(out).__name__}, expected a Tensor")
+    shape = (*q.shape[:-1], v.shape[-1])
+    problems = []
+    if tuple(out.shape) != shape:
+        problems.append(f"shape {tuple(out.shape)} != expected {shape}")
+    if out.dtype != q.dtype:
+        problems.append(f"dtype {out.dtype} != the inputs' {q.dtype}")
+    if out.device.type != torch.device(device).type:
+        problems.append(f"device {out.device.type} != the audited {torch.device(device).type}")
+    if problems:
+        raise WrongOutput("output " + "; ".join(problems))
+    return out
 
 
 def _err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -86,12 +121,18 @@ class ProbeContext:
     floor_ulps: float = 2.0
     strict: bool = False
     empty_rows: str = "zeros"
+    causal_alignment: str = "top_left"
     seed: int = 0
     behaviour: bool = field(default=False, repr=False)
+    # monitor(event, label, payload): "call" / "returned" around each call of the target, "case"
+    # with each finished Case. The isolating runner forwards them to its parent.
+    monitor: Callable[[str, str, object], None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.empty_rows not in EMPTY_ROW_CONVENTIONS:
             raise ValueError(f"{self.empty_rows=} must be one of {EMPTY_ROW_CONVENTIONS}")
+        if self.causal_alignment not in CAUSAL_ALIGNMENTS:
+            raise ValueError(f"{self.causal_alignment=} must be one of {CAUSAL_ALIGNMENTS}")
         if self.k <= 0 or self.k_grad <= 0 or self.floor_ulps < 0:
             raise ValueError(f"{self.k=} and {self.k_grad=} must be positive, {self.floor_ulps=} >= 0")
 
@@ -111,28 +152,65 @@ class ProbeContext:
         correctly, by ``round_to`` -- torch's float64 -> bf16/fp16 cast rounds twice through float32."""
         return tuple(round_to(x.double(), self.fmt).to(self.dtype) for x in xs)
 
-    def call(self, q, k, v, **kw) -> torch.Tensor:
-        """Run the target on the device; the result comes back as a float64 CPU tensor."""
+    def _tell(self, event: str, label: str, payload: object = None) -> None:
+        if self.monitor is not None:
+            self.monitor(event, label, payload)
+
+    def call(self, q, k, v, *, label: str = "", **kw) -> torch.Tensor:
+        """Run the target on the device; the result, checked (:func:`check_output`), comes back as a
+        float64 CPU tensor. ``label`` names the case for the heartbeat."""
         dev = self.device
         mask = kw.pop("attn_mask", None)
         mask = mask.to(dev) if mask is not None else None
+        self._tell("call", label)
         out = self.target(q.to(dev), k.to(dev), v.to(dev), attn_mask=mask, **kw)
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"target returned {type(out).__name__}, expected a Tensor")
-        return out.detach().to("cpu", torch.float64)
+        self._tell("returned", label)
+        return check_output(out, q, v, dev).detach().to("cpu", torch.float64)
 
     def finish(self, label: str, v: Verdict) -> Case:
         if self.behaviour and v.status == "fail" and not self.strict:
             v = replace(v, status="note", note=(v.note + "; " if v.note else "") + "fails under --strict")
-        return Case(label=label, verdict=v)
+        return self._case(label, v)
+
+    def _case(self, label: str, v: Verdict) -> Case:
+        case = Case(label=label, verdict=v)
+        self._tell("case", label, case)
+        return case
+
+    def reference_kw(self, q, k, *, attn_mask=None, is_causal=False, scale=None) -> dict:
+        """The references' keyword arguments for what the target was asked: ``is_causal`` with a
+        declared bottom-right alignment and N != S becomes an explicit (N, S) mask (golden, baseline
+        and the term sizes all read it; the target still gets ``is_causal=True``)."""
+        N, S = q.shape[-2], k.shape[-2]
+        if not (is_causal and self.causal_alignment == "bottom_right" and N != S):
+            return {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
+        keep = masks.causal_bool(N, S, "bottom_right")
+        if attn_mask is None:
+            mask = keep
+        elif attn_mask.dtype == torch.bool:
+            mask = attn_mask & keep
+        else:
+            mask = attn_mask.masked_fill(~keep, -math.inf)
+        return {"attn_mask": mask, "is_causal": False, "scale": scale}
+
+    def empty(self, q, k, ref_kw: dict) -> torch.Tensor:
+        """Bool (B, H, N): the rows with no key to attend to, under the references' masking."""
+        B, H, N = q.shape[:3]
+        return masks.masking(ref_kw["attn_mask"], ref_kw["is_causal"], (B, H, N, k.shape[-2])).empty_rows() \
+            .expand(B, H, N)
 
     def expected(self, q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> torch.Tensor:
-        """Golden output, with empty rows set to NaN when that is the declared convention."""
-        g = reference.golden(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-        if self.empty_rows == "nan":
-            B, H, N = g.shape[:3]
-            empty = masks.masking(attn_mask, is_causal, (B, H, N, k.shape[-2])).empty_rows()
-            g = g.masked_fill(empty.expand(B, H, N).unsqueeze(-1), math.nan)
+        """Golden output with the declared causal alignment; empty rows hold the declared value
+        (0, NaN, or the mean of V over every key; "any" leaves golden's 0, and ``check`` ignores them)."""
+        kw = self.reference_kw(q, k, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        g = reference.golden(q, k, v, **kw)
+        if self.empty_rows in ("nan", "mean-v"):
+            empty = self.empty(q, k, kw).unsqueeze(-1)
+            if self.empty_rows == "nan":
+                g = g.masked_fill(empty, math.nan)
+            elif k.shape[-2] > 0:  # S = 0: nothing to average, golden's 0 stands
+                mean = masks.expand_kv(v.double(), g.shape[1]).mean(dim=-2, keepdim=True)  # (B, H, 1, dv)
+                g = torch.where(empty, mean.expand_as(g), g)
         return g
 
     def check(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
@@ -143,15 +221,19 @@ class ProbeContext:
         if out is None:
             call_kw = {**kw, "enable_gqa": True} if enable_gqa else kw
             try:
-                out = self.call(q, k, v, **call_kw)
+                out = self.call(q, k, v, label=label, **call_kw)
             except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
-                return Case(label=label, verdict=raised(exc))
+                return self._case(label, raised(exc))
         rq, rk, rv = clean if clean is not None else (q, k, v)
+        ref_kw = self.reference_kw(rq, rk, **kw)
         g = self.expected(rq, rk, rv, **kw)
-        b = reference.baseline(rq, rk, rv, **kw).double()
-        if self.empty_rows == "nan":
-            b = torch.where(torch.isnan(g), g, b)
-        t_o, n = terms.output_terms(rq, rk, rv, **kw)
+        b = reference.baseline(rq, rk, rv, **ref_kw).double()
+        if self.empty_rows != "zeros" and out.shape == g.shape:
+            empty = self.empty(rq, rk, ref_kw).unsqueeze(-1)
+            b = torch.where(empty, g, b)
+            if self.empty_rows == "any":  # don't care: the target's empty rows are not compared
+                out = torch.where(empty, g, out.double())
+        t_o, n = terms.output_terms(rq, rk, rv, **ref_kw)
         return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps,
                                         terms=t_o, n_terms=n))
 
@@ -161,34 +243,44 @@ class ProbeContext:
         (B, H, N) so a loss can ignore rows. Golden: float64 autograd through golden attention, with
         each element's term sizes (attnum.audit.terms); baseline: the less accurate of autograd
         through the same-precision baseline and FA2's recompute-from-LSE backward
-        (see attnum.audit.reference); multiplier ``k_grad``."""
+        (see attnum.audit.reference); multiplier ``k_grad``. Under an empty-row convention other
+        than zeros the loss ignores empty rows (their output, hence its gradient, is not golden's)."""
         kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
+        ref_kw = self.reference_kw(q, k, **kw)
         shape = (*q.shape[:-1], v.shape[-1])
         w = self.randn(*shape, salt=7)
         if row_weight is not None:
             w = w * row_weight.unsqueeze(-1).double()
+        if self.empty_rows != "zeros":
+            w = w.masked_fill(self.empty(q, k, ref_kw).unsqueeze(-1), 0.0)
         # dO is an input of the backward: rounded once to the dtype, the same values for every
         # implementation (the target receives it in its output's dtype anyway).
         w = w.to(self.dtype).double()
 
-        def grads(fn, xs, dev):
+        def grads(fn, xs, dev, call_kw, is_target=False):
             xs = [x.detach().to(dev).requires_grad_(True) for x in xs]
-            mask = attn_mask.to(dev) if attn_mask is not None else None
-            o = fn(*xs, **dict(kw, attn_mask=mask))
+            mask = call_kw["attn_mask"].to(dev) if call_kw["attn_mask"] is not None else None
+            if is_target:
+                self._tell("call", label)
+            o = fn(*xs, **dict(call_kw, attn_mask=mask))
+            if is_target:
+                check_output(o, xs[0], xs[2], dev)
             if not isinstance(o, torch.Tensor) or o.grad_fn is None:
                 raise NotImplementedError("target output carries no autograd graph")
             (o.double() * w.to(dev)).sum().backward()
+            if is_target:
+                self._tell("returned", label)
             return [(x.grad if x.grad is not None else torch.zeros_like(x)).detach().to("cpu", torch.float64)
                     for x in xs]
 
         try:
-            t = grads(self.target, (q, k, v), self.device)
+            t = grads(self.target, (q, k, v), self.device, kw, is_target=True)
         except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
-            return Case(label=label, verdict=raised(exc))
-        gold = terms.grad_terms(q, k, v, w, **kw)
+            return self._case(label, raised(exc))
+        gold = terms.grad_terms(q, k, v, w, **ref_kw)
         g = gold.grads
-        b_eager = grads(reference.baseline, (q, k, v), "cpu")
-        b_fa2 = reference.fa2_grads(q, k, v, w, **kw)
+        b_eager = grads(reference.baseline, (q, k, v), "cpu", ref_kw)
+        b_fa2 = reference.fa2_grads(q, k, v, w, **ref_kw)
         worst = None
         for i, name in enumerate(("dq", "dk", "dv")):
             # The baseline is the less accurate of the two standard same-precision algorithms.

@@ -38,14 +38,27 @@ import torch
 from attnum import metrics
 from attnum.formats import FloatFormat, get_format
 
-STATUSES = ("pass", "fail", "error", "unsupported", "note")
+ABORTED = ("crashed", "timed out", "exited")
+"""The process running the target died under a probe: killed by a signal (``crashed``, e.g.
+SIGSEGV), silent past the per-case timeout (``timed out``), or ended by the target itself
+(``exited``, any exit code, 0 included). See attnum.audit.isolate."""
+
+STATUSES = ("pass", "fail", "error", "unsupported", "note", *ABORTED)
 """pass/fail: the rule's answer. error: the kernel raised. unsupported: the kernel refused this
 input (NotImplementedError, or torch's "no available kernel"). note: a behaviour probe deviated;
-reported, failing only under --strict."""
+reported, failing only under --strict. crashed / timed out / exited: see :data:`ABORTED`."""
+
+FAILING = frozenset(("fail", "error", *ABORTED))
+"""The statuses that count against the target: everything else is a pass, a note or a refusal."""
 
 # Order used to pick the case that represents a probe: the worst one wins. "unsupported" ranks
-# lowest, so a probe whose other cases ran shows their verdict (and counts the refusals in its note).
-SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4}
+# lowest, so a probe whose other cases ran shows their verdict (and counts the refusals in its note);
+# a dead process ranks above every answer, since the probe did not finish.
+SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4, "exited": 5, "timed out": 5,
+            "crashed": 5}
+
+NO_MARGIN = frozenset(("error", "unsupported", *ABORTED))
+"""Statuses without a margin: nothing was compared."""
 
 NEAR_BOUND = 0.8
 """A pass that used more than this share of its bound is flagged "near bound": one more unlucky
@@ -76,13 +89,13 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        """Only fail and error count against the target."""
-        return self.status not in ("fail", "error")
+        """Only :data:`FAILING` statuses count against the target."""
+        return self.status not in FAILING
 
     @property
     def ratio(self) -> float:
         """How much of the bound the target used; > 1 means fail."""
-        if self.status in ("error", "unsupported"):
+        if self.status in NO_MARGIN:
             return 0.0
         if not math.isfinite(self.target_error):
             return math.inf
