@@ -1,18 +1,60 @@
-"""attnum: how far does an attention implementation deviate from exact attention, and why."""
+"""attnum: how far does an attention implementation deviate from exact attention, and why.
 
-from attnum import metrics
-from attnum.attention import baseline_attention, flash_attention, golden_attention
+The numeric exports load on first use (PEP 562), so ``import attnum``, ``import attnum.errors`` and
+``attnum --help`` do not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from attnum.errors import AttnumInputError
-from attnum.formats import FloatFormat, get_format
-from attnum.metrics import wasserstein_distance
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_to
-from attnum.shadow import shadow
 
 __version__ = "0.1.0"
+
+# name -> (module, attribute); attribute None means the module itself.
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "metrics": ("attnum.metrics", None),
+    "baseline_attention": ("attnum.attention", "baseline_attention"),
+    "flash_attention": ("attnum.attention", "flash_attention"),
+    "golden_attention": ("attnum.attention", "golden_attention"),
+    "FloatFormat": ("attnum.formats", "FloatFormat"),
+    "get_format": ("attnum.formats", "get_format"),
+    "wasserstein_distance": ("attnum.metrics", "wasserstein_distance"),
+    "Policy": ("attnum.policy", "Policy"),
+    "parse_policy": ("attnum.policy", "parse_policy"),
+    "round_to": ("attnum.rounding", "round_to"),
+    "shadow": ("attnum.shadow", "shadow"),
+}
 
 __all__ = [
     "AttnumInputError", "FloatFormat", "Policy", "get_format", "parse_policy", "round_to",
     "golden_attention", "baseline_attention", "flash_attention", "metrics", "wasserstein_distance", "shadow",
     "__version__",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from attnum import metrics
+    from attnum.attention import baseline_attention, flash_attention, golden_attention
+    from attnum.formats import FloatFormat, get_format
+    from attnum.metrics import wasserstein_distance
+    from attnum.policy import Policy, parse_policy
+    from attnum.rounding import round_to
+    from attnum.shadow import shadow
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'attnum' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -5,12 +5,17 @@ Each sub-command lives in its own module under ``attnum.cli`` and exposes ``regi
 Exit status: 0 ok; 1 a check failed (audit, scan) or an internal error; 2 bad input or usage;
 130 interrupted. Bad input is :class:`attnum.errors.AttnumInputError` (and click's usage errors,
 and a ``FileNotFoundError``, since every path the CLI opens is one the user named): one line on
-stderr, no traceback. Any other exception is a bug: one line naming it and the file that holds the
-full traceback.
+stderr, no traceback. A disk that refuses a write (read-only, full, over quota, not permitted) is
+:class:`attnum.errors.AttnumEnvironmentError`'s kind: one line naming the file and what to do, exit 2.
+Any other exception is a bug: one line naming it and the file that holds the full traceback.
+
+Nothing here, and no command module, imports torch, numpy or matplotlib at import time: ``--help``
+and ``--version`` stay fast, and each command imports what it runs.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -20,7 +25,10 @@ import traceback
 from pathlib import Path
 
 import typer
+from typer import _click
+from typer.exceptions import Abort
 
+from attnum.cli.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
 _COMMAND_MODULES = (
@@ -36,6 +44,32 @@ _COMMAND_MODULES = (
 )
 
 
+# A write the disk refused: what the user can act on, not a bug.
+DISK_ERRNOS = {errno.EROFS: "the file system is read-only", errno.ENOSPC: "the disk is full",
+               errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+               errno.EDQUOT: "the disk quota is exceeded"}
+
+
+def version_text() -> str:
+    """``attnum 0.1.0``, plus torch's version when it is already loaded or findable without importing it."""
+    import attnum
+
+    text = f"attnum {attnum.__version__}"
+    try:
+        from importlib.metadata import version
+
+        text += f", torch {version('torch')}"
+    except Exception:  # noqa: BLE001 - torch's version is a courtesy; attnum's is the answer
+        pass
+    return text
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
 def build_app() -> typer.Typer:
     app = typer.Typer(
         name="attnum",
@@ -43,7 +77,14 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        cls=ConventionalGroup,
     )
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="Print attnum's version (and torch's) and exit.")) -> None:
+        """Numerical trustworthiness of attention kernels."""
+
     for name in _COMMAND_MODULES:
         importlib.import_module(f"attnum.cli.{name}").register(app)
     return app
@@ -53,21 +94,49 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
     app = build_app()
     try:
-        app(args=argv, prog_name="attnum", standalone_mode=True)
-    except SystemExit as ex:  # click's standalone mode ends every run with sys.exit
+        code = typer.main.get_command(app).main(args=argv, prog_name="attnum", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except SystemExit as ex:  # a command that calls sys.exit itself
         return ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    except _click.exceptions.NoArgsIsHelpError as err:  # `attnum` alone: the help, as before
+        print(err.ctx.get_help() if err.ctx is not None else err.format_message())
+        return err.exit_code
+    except _click.exceptions.ClickException as err:  # usage: unknown flag, missing argument, bad type
+        print(f"attnum: error: {_one_line(err.format_message())}", file=sys.stderr)
+        return err.exit_code
+    except Abort:
+        print("attnum: interrupted", file=sys.stderr)
+        return 130
     except (AttnumInputError, FileNotFoundError) as err:
         print(f"attnum: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in DISK_ERRNOS:
+            return _internal(err, argv)
+        print(f"attnum: error: {disk_message(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnum: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - anything else is a bug: say where its traceback is
-        where = write_traceback(err, sys.argv if argv is None else ["attnum", *argv])
-        first = (str(err).strip().splitlines() or [""])[0]
-        print(f"attnum: internal error: {type(err).__name__}: {first} ({where})", file=sys.stderr)
-        return 1
-    return 0
+        return _internal(err, argv)
+
+
+def _internal(err: BaseException, argv: list[str] | None) -> int:
+    where = write_traceback(err, sys.argv if argv is None else ["attnum", *argv])
+    first = (str(err).strip().splitlines() or [""])[0]
+    print(f"attnum: internal error: {type(err).__name__}: {first} ({where})", file=sys.stderr)
+    return 1
+
+
+def disk_message(err: OSError) -> str:
+    """One line for a write the disk refused: the file, why, and what to do."""
+    where = err.filename if err.filename is not None else "an output file"
+    why = DISK_ERRNOS.get(err.errno, err.strerror or "refused")
+    todo = {errno.ENOSPC: "free some space or choose another --out",
+            errno.EDQUOT: "free some space or choose another --out"}.get(
+        err.errno, "choose a writable folder (--out/-o) or fix its permissions")
+    return f"cannot write {where}: {why} ({errno.errorcode.get(err.errno, err.errno)}); {todo}"
 
 
 def write_traceback(err: BaseException, argv: list[str]) -> str:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from attnum.cli.compare import config_command
-from attnum.experiments.attribute import METRICS, AttributeConfig, budget_rows, dominant_sentence, run_attribute
-from attnum.experiments.compare import CompareConfig
+from attnum.jsonout import dumps
+
+if TYPE_CHECKING:
+    from attnum.experiments.compare import CompareConfig
+
+# attnum.experiments.attribute.METRICS, spelled here so that --help does not import torch (a test pins it)
+METRICS = ("mean_abs", "max_abs", "rmse", "rel_mean_abs")
 
 
 def register(app: typer.Typer) -> None:
@@ -21,6 +26,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Which rounding site makes flash (and the baseline) deviate: each site alone, and each site exact."""
         import torch
+
+        from attnum.experiments.attribute import AttributeConfig, run_attribute
 
         # One thread, as sweeps run points: the emulation is many small ops, where torch's intra-op
         # threads cost more than they give (and collapse on shared cores).
@@ -37,7 +44,7 @@ def register(app: typer.Typer) -> None:
                                   title=_title(result))
             result["plot"] = [str(p) for p in paths]
         if as_json:
-            print(json.dumps(result, indent=2))
+            print(dumps(result, indent=2))
             return
         print_budget(result)
 
@@ -54,6 +61,8 @@ def _title(result: dict) -> str:
 def print_budget(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from attnum.experiments.attribute import budget_rows, dominant_sentence
 
     metric = result["metric"]
     table = Table(title=_title(result) + f"; exact = {result['carrier']} (the carrier)")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnum.errors import AttnumInputError
+from attnum.jsonout import dumps
 
 
 def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int | None, seeds: tuple[int, ...],
@@ -23,7 +23,7 @@ def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int
     summary = run_bias(cfg, log=(lambda *_: None) if as_json else (lambda line: print(line, flush=True)),
                        progress=not as_json)
     if as_json:
-        print(json.dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
+        print(dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
         return
     for line in summary["headline"]["lines"]:
         print(line)

@@ -7,13 +7,16 @@ takes the same flags through :func:`config_command`.
 from __future__ import annotations
 
 import inspect
-import json
 import typing
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
-from attnum.experiments.compare import CompareConfig, run_compare
+from attnum.jsonout import dumps
+
+if TYPE_CHECKING:  # the command imports the study when it runs, so --help never loads torch
+    from attnum.experiments.compare import CompareConfig
 
 PAIRS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline")
 COLUMNS = ("max_abs", "mean_abs", "rmse", "max_ulp", "mean_signed", "bias", "rel_mean_abs", "row_rel_max_abs",
@@ -58,18 +61,27 @@ def config_command(fn: Callable) -> Callable:
     names = [name for name, *_ in CONFIG_OPTIONS]
 
     def command(**kwargs):
+        from attnum.experiments.compare import CompareConfig
+
         cfg = CompareConfig(**{k: kwargs.pop(k) for k in names})
         return fn(cfg, **kwargs)
 
     params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                 default=typer.Option(default, help=help_))
               for name, kind, default, help_ in CONFIG_OPTIONS]
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(fn, localns={"CompareConfig": object})
     own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(name, p.annotation))
            for name, p in inspect.signature(fn).parameters.items() if name != "cfg"]
     command.__signature__ = inspect.Signature(params + own)
     command.__name__, command.__doc__ = fn.__name__, fn.__doc__
     return command
+
+
+def run_compare(cfg: CompareConfig) -> dict:
+    """:func:`attnum.experiments.compare.run_compare`, imported when a command runs."""
+    from attnum.experiments.compare import run_compare as run
+
+    return run(cfg)
 
 
 def register(app: typer.Typer) -> None:
@@ -84,13 +96,13 @@ def register(app: typer.Typer) -> None:
 
             result = run_grad_compare(cfg)
             if as_json:
-                print(json.dumps(result, indent=2))
+                print(dumps(result, indent=2))
             else:
                 print_grad_result(result)
             return
         result = run_compare(cfg)
         if as_json:
-            print(json.dumps(result, indent=2))
+            print(dumps(result, indent=2))
             return
         print_result(result)
 

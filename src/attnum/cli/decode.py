@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from attnum.experiments.decode import DecodeConfig, run_decode
+from attnum.jsonout import dumps
 
 COLUMNS = ("max_abs", "mean_abs", "rmse", "max_ulp", "cosine")
 
@@ -50,6 +48,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Decode attention with a KV cache (split-KV, paged, GQA, quantized KV, MLA) against the float64 golden."""
+        from attnum.experiments.decode import DecodeConfig, run_decode
+
         cfg = DecodeConfig(
             policy=policy, format=format, splits=splits, page_size=_opt_int(page_size, "page_size"),
             kv_heads=_opt_int(kv_heads, "kv_heads"), lse_base=lse_base, cache_len=cache_len, queries=queries,
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         )
         result = run_decode(cfg)
         if as_json:
-            print(json.dumps(result, indent=2))
+            print(dumps(result, indent=2))
             return
         print_result(result)
 

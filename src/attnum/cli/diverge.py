@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from attnum.errors import AttnumInputError
+from attnum.jsonout import dumps
 
 DEFAULT_OUT = Path("runs/diverge")
 
@@ -46,9 +46,9 @@ def register(app: typer.Typer) -> None:
 
             result = compare_folders(*checkpoints)
             out.mkdir(parents=True, exist_ok=True)
-            (out / "checkpoints.json").write_text(json.dumps(result, indent=1))
+            (out / "checkpoints.json").write_text(dumps(result, indent=1))
             write_checkpoint_report(result, out)
-            print(json.dumps(result, indent=1) if as_json else _folders_text(result))
+            print(dumps(result, indent=1) if as_json else _folders_text(result))
             return
         if profile.startswith("bias"):
             from attnum.cli.bias import diverge_bias
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
-            print(json.dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))
+            print(dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))
             return
         for line in summary["headline"]["lines"]:
             print(line)

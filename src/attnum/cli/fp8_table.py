@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from attnum.experiments.fp8_table import PAPER_RATIO, FP8TableConfig, run_fp8_table, table_meta
-from attnum.experiments.mla_table import MLATableConfig, run_mla_table
+from attnum.jsonout import dumps
 
 
 def _e(x) -> str:
@@ -35,14 +32,18 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """RMSE vs float64 golden of baseline/FA2/FA3 in FP16 and FP8, beside the paper's numbers."""
+        from attnum.experiments.fp8_table import PAPER_RATIO, FP8TableConfig, run_fp8_table, table_meta
+
         if mla:
+            from attnum.experiments.mla_table import MLATableConfig
+
             _mla_table(MLATableConfig(kv_len=mla_kv_len, seed=seed), as_json)
             return
         cfg = FP8TableConfig(seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, fmt=fmt, block=block,
                              seed=seed, fp16=fp16)
         rows = run_fp8_table(cfg)
         if as_json:
-            print(json.dumps({**table_meta(cfg), "rows": rows}, indent=2))
+            print(dumps({**table_meta(cfg), "rows": rows}, indent=2))
             return
         from rich.console import Console
         from rich.table import Table
@@ -61,10 +62,12 @@ def register(app: typer.Typer) -> None:
                       f"{PAPER_RATIO}x (abstract). Paper digits as recalled in research notes (unverified).")
 
 
-def _mla_table(cfg: MLATableConfig, as_json: bool) -> None:
+def _mla_table(cfg, as_json: bool) -> None:
+    from attnum.experiments.mla_table import run_mla_table
+
     rows = run_mla_table(cfg)
     if as_json:
-        print(json.dumps({"config": cfg.__dict__, "rows": rows}, indent=2))
+        print(dumps({"config": cfg.__dict__, "rows": rows}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.paper import PROFILES, paper_spec
+# attnum.experiments.paper.PROFILES, spelled here so that --help does not import the studies (a test pins it)
+PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="Plain log lines instead of a progress bar."),
     ) -> None:
         """Run the paper's sweeps (resumable), draw every figure and write report.html with findings."""
+        from attnum.executors import SweepOptions, run_sweep
         from attnum.experiments.findings import compute_findings
+        from attnum.experiments.paper import paper_spec
         from attnum.report.html import write_report
         from attnum.store import open_store
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import typer
+
+from attnum.jsonout import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
 
             print(f"wrote {write_ring_report(result, out, study)}")
         if as_json:
-            print(json.dumps({"ring": result, "allreduce": study}, indent=2, default=str))
+            print(dumps({"ring": result, "allreduce": study}, indent=2, default=str))
         else:
             print(_table(result["rows"], ("shards", "layout", "merge_policy", "backend", "max_abs", "mean_abs",
                                           "single_mean_abs", "ratio_to_single", "nan", "bit_equal_sim",

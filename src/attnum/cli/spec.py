@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
+
+from attnum.jsonout import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
 
         if mechanisms:
             rows = mech_table()
-            print(json.dumps(rows, indent=2) if as_json else _table(rows, ("mechanism", "setting", "measure",
+            print(dumps(rows, indent=2) if as_json else _table(rows, ("mechanism", "setting", "measure",
                                                                            "value", "extra", "without")))
             return
         cfg = SpecConfig(vocab=vocab, k=k, format=format, draft_format=draft_format, noise=noise, q_zero=q_zero,
@@ -47,7 +48,7 @@ def register(app: typer.Typer) -> None:
 
             print(f"wrote {write_spec_report(result, out)}")
         if as_json:
-            print(json.dumps(result, indent=2, default=str))
+            print(dumps(result, indent=2, default=str))
             return
         cols = ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens") \
             if monte_carlo is None else ("format", "k", "vocab", "mc_tv_first", "mc_floor", "fail", "expected_tokens")
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
                               power=power, batch=batch, seed=seed)
         result = run_spec_audit(cfg)
         if as_json:
-            print(json.dumps(result, indent=2))
+            print(dumps(result, indent=2))
         else:
             print(_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
                                            "detectable_tv", "impossible", "prefix_violations", "verdict", "error")))

@@ -7,9 +7,6 @@ from pathlib import Path
 
 import typer
 
-from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.spec import load_spec
-
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -22,6 +19,9 @@ def register(app: typer.Typer) -> None:
         report: bool = typer.Option(False, "--report/--no-report", help="Write figures and report.html after."),
     ) -> None:
         """Run every point of SPEC not yet done in OUT; each point is committed as it finishes."""
+        from attnum.executors import SweepOptions, run_sweep
+        from attnum.experiments.spec import load_spec
+
         sweep_spec = load_spec(spec)  # invalid specs fail here, before any point runs
         options = SweepOptions(out=out, jobs=jobs, executor=executor, quiet=quiet,
                                command=" ".join(["attnum", *sys.argv[1:]]))

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from attnum.errors import bad_value
-from attnum.experiments.validate import ValidateConfig, run_validate
+from attnum.jsonout import dumps
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -35,12 +33,14 @@ def register(app: typer.Typer) -> None:
         if eager:
             _validate_eager(formats, seq_lens, heads, head_dim, causal, seed, as_json)
             return
+        from attnum.experiments.validate import ValidateConfig, run_validate
+
         cfg = ValidateConfig(formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
                              seq_lens=_ints(seq_lens, "seq_lens"), heads=heads, head_dim=head_dim,
                              causal=causal, seed=seed)
         rows = run_validate(cfg)
         if as_json:
-            print(json.dumps(rows, indent=2))
+            print(dumps(rows, indent=2))
             return
         from rich.console import Console
         from rich.table import Table
@@ -65,7 +65,7 @@ def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, caus
                               head_dim=head_dim, causal=causal, seed=seed)
     rows = run_validate_eager(cfg)
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
