@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from attnum.errors import bad_value
 from attnum.experiments.point_runner import run_point
 from attnum.experiments.points import Point
 from attnum.experiments.spec import SweepSpec
+from attnum.processes import die_with_parent
 from attnum.report.progress import SweepProgress
 from attnum.store import Store
 
@@ -51,10 +54,14 @@ class SweepSummary:
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
-    """Plan the spec's points in ``options.out``'s store, run the ones not done, commit each as it ends."""
+    """Plan the spec's points in ``options.out``'s store, run the ones not done, commit each as it ends.
+
+    SIGINT and SIGTERM end the run cleanly: workers are stopped, the run is recorded
+    ``interrupted``, the WAL is checkpointed, and KeyboardInterrupt propagates (exit 130).
+    """
     planned = spec.planned()
     _check_devices(planned, options)
-    with Store(options.out) as store:
+    with Store(options.out, command=options.command) as store, _Interrupts() as stop:
         store.bind_spec(name=spec.name, spec_hash=spec.spec_hash, canonical=spec.canonical(), source=spec.source)
         store.plan((k, p.kind, groups, p.config()) for k, (p, groups) in planned.items())
         done = store.done_keys()
@@ -64,20 +71,60 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
         )
         status = "interrupted"
         failed = 0
+        results = _execute(todo, spec.kernel_names, options, stop)
         try:
             with SweepProgress(
                 total=len(todo), skipped=len(planned) - len(todo), title=spec.name, quiet=options.quiet
             ) as progress:
-                for point, result in _execute(todo, spec.kernel_names, options):
+                for point, result in results:
                     store.write(result, run_id)
                     failed += result["status"] != "done"
                     progress.advance(point.label(), result)
+                    stop.check()
+            stop.check()
             status = "complete" if not failed else "complete-with-failures"
         finally:
-            store.end_run(run_id, status)
+            stop.cleaning_up = True  # a second Ctrl-C must not cut the recording of this one short
+            if hasattr(results, "close"):
+                results.close()  # stops the workers of an interrupted run now
+            store.end_run(run_id, status)  # and checkpoints the WAL
         return SweepSummary(
             planned=len(planned), skipped=len(planned) - len(todo), ran=len(todo), failed=failed, store_path=store.path
         )
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the driver, and are also remembered.
+
+    The flag makes an interruption stick: a KeyboardInterrupt raised while Python runs a finaliser
+    or a weakref callback is printed and dropped, which once let a Ctrl-C'd sweep finish with exit 0;
+    the loops check the flag as well. While cleaning up, further signals are only recorded.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.cleaning_up = False
+        self._before: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        first = self.signum is None
+        self.signum = signum
+        if first and not self.cleaning_up:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def check(self) -> None:
+        if self.signum is not None and not self.cleaning_up:
+            raise KeyboardInterrupt(signal.Signals(self.signum).name)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
 
 
 def _check_devices(planned: dict, options: SweepOptions) -> None:
@@ -91,14 +138,15 @@ def _check_devices(planned: dict, options: SweepOptions) -> None:
                         "run on a GPU machine or with --executor ray on a cluster with GPUs)")
 
 
-def _execute(todo: list[Point], kernels: tuple[str, ...], options: SweepOptions) -> Iterator[tuple[Point, dict]]:
+def _execute(todo: list[Point], kernels: tuple[str, ...], options: SweepOptions,
+             stop: _Interrupts) -> Iterator[tuple[Point, dict]]:
     if not todo:
         return iter(())
     if options.executor == "ray":
-        return _ray(todo, kernels, options.jobs)
+        return _ray(todo, kernels, options.jobs, stop)
     if options.jobs == 1:
         return _in_process(todo, kernels)
-    return _pool(todo, kernels, options.jobs)
+    return _pool(todo, kernels, options.jobs, stop)
 
 
 # Every point runs single-threaded and parallelism comes from running points side by side: the
@@ -122,7 +170,11 @@ def _in_process(todo: list[Point], kernels: tuple[str, ...]) -> Iterator[tuple[P
 # ---- process pool ----------------------------------------------------------------------------
 
 
-def _init_worker(threads: int, path_entries: list[str]) -> None:
+def _init_worker(threads: int, path_entries: list[str], driver_pid: int) -> None:
+    # A worker dies with its driver, even a SIGKILLed one (else it lingers, ~250 MB, holding the
+    # driver's stdout), and leaves Ctrl-C to the driver, which stops it.
+    die_with_parent(driver_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # spawn starts a fresh interpreter: give it our import path, and one thread per worker
     # rather than let every worker's torch grab every core.
     for entry in reversed(path_entries):
@@ -133,7 +185,7 @@ def _init_worker(threads: int, path_entries: list[str]) -> None:
     torch.set_num_threads(threads)
 
 
-def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tuple[Point, dict]]:
+def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Point, dict]]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -141,7 +193,7 @@ def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tu
 
     def new_pool() -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(POINT_THREADS, [_package_root()]))
+                                   initargs=(POINT_THREADS, [_package_root()], os.getpid()))
 
     pool = new_pool()
     pending: dict[Any, Point] = {}
@@ -152,7 +204,8 @@ def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tu
             while queue and len(pending) < window:
                 p = queue.pop()
                 pending[pool.submit(run_point, p.config(), kernels)] = p
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            stop.check()
             broken = False
             for fut in finished:
                 p = pending.pop(fut)
@@ -171,7 +224,18 @@ def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tu
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = new_pool()
     finally:
+        if pending:  # interrupted, or the consumer failed: stop the points in flight now
+            _stop_workers(pool)
         pool.shutdown(wait=not pending, cancel_futures=True)
+
+
+def _stop_workers(pool) -> None:
+    """Terminate a pool's workers (else interpreter exit waits for the points they are running)."""
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError):
+            pass
 
 
 def _lost(p: Point, message: str) -> dict[str, Any]:
@@ -181,7 +245,7 @@ def _lost(p: Point, message: str) -> dict[str, Any]:
 # ---- Ray -------------------------------------------------------------------------------------
 
 
-def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tuple[Point, dict]]:
+def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Point, dict]]:
     """Points as Ray tasks on RAY_ADDRESS's cluster, else on a local instance started here."""
     try:
         import ray
@@ -201,15 +265,19 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tup
         except ConnectionError as err:
             raise bad_value("RAY_ADDRESS", address, f"the address of a running Ray cluster ({err}); "
                             "unset it to start a local one") from None
+        except BaseException:  # interrupted while starting: stop what was started
+            ray.shutdown()
+            raise
         started_here = True
-    remote = ray.remote(run_point)
     pending: dict[Any, Point] = {}
-    for p in todo:
-        gpus = 1 if p.device.startswith("cuda") else 0  # one GPU per task when the point asks for CUDA
-        pending[remote.options(num_cpus=1, num_gpus=gpus, max_retries=1).remote(p.config(), kernels)] = p
     try:
+        remote = ray.remote(run_point)
+        for p in todo:
+            gpus = 1 if p.device.startswith("cuda") else 0  # one GPU per task when the point asks for CUDA
+            pending[remote.options(num_cpus=1, num_gpus=gpus, max_retries=1).remote(p.config(), kernels)] = p
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            stop.check()
             for ref in ready:
                 p = pending.pop(ref)
                 try:
@@ -219,8 +287,14 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int) -> Iterator[tup
                               "error": f"ray task failed: {type(err).__name__}: {err}"}
                 yield p, result
     finally:
+        # On every exit (done, error, SIGINT/SIGTERM): cancel what is left, and stop a local
+        # instance started here, its workers included. (A SIGKILLed driver cannot do this; Ray's
+        # own processes then notice the lost driver.)
         for ref in pending:
-            ray.cancel(ref, force=True)
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                pass
         if started_here:
             ray.shutdown()
 

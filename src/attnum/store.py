@@ -4,11 +4,21 @@ Tables:
 - ``meta``: the spec (name, hash, canonical JSON) the folder belongs to; a folder never mixes specs.
 - ``planned``: every point the spec asks for (key, kind, groups, config), so completeness is known.
 - ``points``: one row per finished point (done or failed) with metrics, timing, environment id, run.
-- ``runs``: one row per invocation (command, start/end, status).
+- ``runs``: one row per invocation (command, start/end, status, and the pid, host and process start
+  time of its driver, so a run whose process is gone reads ``killed``, not ``running``).
 - ``environments``: distinct environments (versions, device, git commit), referenced by points.
 
-Each point is committed as soon as it is written, in WAL mode: a crash, kill -9 or Ctrl-C loses at
-most the points in flight, and the ``points`` primary key makes a duplicate impossible.
+Writing (``Store(DIR)``) takes ``DIR/attnum.lock`` (one writer per folder), refuses a file that is
+not an attnum store before writing anything, and commits each point as soon as it is written, in
+WAL mode: a crash, kill -9 or Ctrl-C loses at most the points in flight. A done row is never
+replaced (a re-run skips it; a failed point's retry may replace the failed row). The WAL is folded
+into the main file (checkpoint TRUNCATE) when a writer opens (rows a killed run left in ``-wal``),
+every ``CHECKPOINT_EVERY_S`` while it runs, at the end of every run and on close, so a copy of
+``attnum.sqlite`` alone holds every committed row once a run has ended.
+
+Reading (``open_store(DIR)``) opens the file read-only (``mode=ro``): no schema, no checkpoint, the
+file's bytes and mtime stay as they were. Every SQLite or disk failure is one line naming the file
+and what to do (:class:`~attnum.errors.AttnumEnvironmentError`).
 """
 
 from __future__ import annotations
@@ -17,14 +27,19 @@ import hashlib
 import json
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnum.errors import AttnumInputError, bad_value
+from attnum.errors import AttnumEnvironmentError, bad_value
+from attnum.outdir import make_out_folder
+from attnum.processes import is_running, this_process
+from attnum.store_lock import FolderLock
 
 DB_NAME = "attnum.sqlite"
 SCHEMA_VERSION = "1"
+CHECKPOINT_EVERY_S = 10.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -32,34 +47,158 @@ CREATE TABLE IF NOT EXISTS planned (
     key TEXT PRIMARY KEY, kind TEXT NOT NULL, groups TEXT NOT NULL, config TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_id INTEGER PRIMARY KEY AUTOINCREMENT, command TEXT, started_at REAL NOT NULL,
-    finished_at REAL, status TEXT NOT NULL, n_todo INTEGER, executor TEXT, jobs INTEGER);
+    finished_at REAL, status TEXT NOT NULL, n_todo INTEGER, executor TEXT, jobs INTEGER,
+    pid INTEGER, host TEXT, proc_start TEXT);
 CREATE TABLE IF NOT EXISTS environments (env_id TEXT PRIMARY KEY, env TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS points (
     key TEXT PRIMARY KEY REFERENCES planned(key), status TEXT NOT NULL, metrics TEXT, error TEXT,
     run_id INTEGER REFERENCES runs(run_id), env_id TEXT REFERENCES environments(env_id),
     started_at REAL, wall_s REAL, worker TEXT, written_at REAL NOT NULL);
 """
+_TABLES = {"meta", "planned", "runs", "environments", "points", "sqlite_sequence"}
+_RUN_PROCESS_COLUMNS = ("pid", "host", "proc_start")  # added after schema 1 shipped: old stores lack them
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class Store:
-    """An open results database. Only the driver process writes; workers return plain results."""
+    """An open results database. Only the driver process writes; workers return plain results.
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
-        path = Path(path)
-        self.path = path / DB_NAME if path.is_dir() or path.suffix != ".sqlite" else path
-        if not create and not self.path.is_file():
-            raise bad_value("out", str(path), f"a folder holding {DB_NAME} (a results store)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: we commit explicitly, one transaction per point.
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL is durable against a killed process (WAL); only a power cut could lose the tail.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+    ``Store(DIR)`` opens (or creates) DIR's store for writing; ``Store(DIR, readonly=True)`` (or
+    :func:`open_store`) opens an existing one read-only.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False, command: str | None = None) -> None:
+        self.folder = Path(path)
+        self.path = self.folder / DB_NAME
+        self.readonly = readonly
+        self._lock: FolderLock | None = None
+        self._db: sqlite3.Connection | None = None
         self._envs: set[str] = set()
+        self._has_process_cols = True
+        self._last_checkpoint = time.monotonic()
+        if readonly:
+            if not self.path.is_file():
+                raise bad_value("out", str(self.folder), f"a folder holding {DB_NAME}; run `attnum sweep` or "
+                                "`attnum reproduce` first")
+            self._check_header(empty_ok=False)
+            self._db = self._connect_readonly()
+            self._check_attnum()
+            return
+        make_out_folder(self.folder)
+        self._lock = FolderLock(self.folder, command)
+        try:
+            if self.path.is_file() and self.path.stat().st_size:
+                self._check_header(empty_ok=True)
+                self._db = self._connect_readonly()  # look before writing: never alter another program's file
+                self._check_attnum()
+                self._db.close()
+            self._db = self._guard(sqlite3.connect, self.path, timeout=30, isolation_level=None)
+            self._q("PRAGMA journal_mode=WAL")
+            # NORMAL is durable against a killed process (WAL); only a power cut could lose the tail.
+            self._q("PRAGMA synchronous=NORMAL")
+            self._guard(self._db.executescript, _SCHEMA)
+            have = {row[1] for row in self._q("PRAGMA table_info(runs)")}
+            for col, typ in zip(_RUN_PROCESS_COLUMNS, ("INTEGER", "TEXT", "TEXT")):
+                if col not in have:
+                    self._q(f"ALTER TABLE runs ADD COLUMN {col} {typ}")
+            self._has_process_cols = True
+            self.checkpoint()  # rows a killed run left in -wal go into the main file now
+            self._mark_killed_runs()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- connection, errors -----------------------------------------------------------------
+    def _check_header(self, *, empty_ok: bool) -> None:
+        try:
+            with self.path.open("rb") as fh:
+                head = fh.read(len(_SQLITE_HEADER))
+        except OSError as err:
+            raise AttnumEnvironmentError(f"{self.path}: cannot read the results store ({err.strerror}); "
+                                         "check its permissions") from None
+        if not head and empty_ok:
+            return
+        if head != _SQLITE_HEADER:
+            what = "empty" if not head else "not a SQLite database (garbage bytes)"
+            raise AttnumEnvironmentError(f"{self.path}: the results store is {what}; move it aside and re-run "
+                                         "the sweep into this folder, or restore a copy of it")
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
+        db = self._guard(sqlite3.connect, uri, uri=True, timeout=30, isolation_level=None)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
+        except sqlite3.OperationalError:
+            # A read-only medium where the -shm file cannot be created: nobody can be writing there.
+            db.close()
+            db = self._guard(sqlite3.connect, uri + "&immutable=1", uri=True, isolation_level=None)
+        return db
+
+    def _check_attnum(self) -> None:
+        tables = {name for (name,) in self._q("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and ("meta" not in tables or tables - _TABLES):
+            raise AttnumEnvironmentError(
+                f"{self.path}: not an attnum results store (it has tables {', '.join(sorted(tables))}); attnum "
+                "leaves it untouched: choose another folder")
+        cols = {row[1] for row in self._q("PRAGMA table_info(runs)")} if "runs" in tables else set()
+        self._has_process_cols = set(_RUN_PROCESS_COLUMNS) <= cols
+
+    def _guard(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as err:
+            raise self._environment_error(err) from None
+
+    def _q(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
+        """Run one statement and fetch every row (a corrupt page surfaces here, not in a caller's loop)."""
+        return self._guard(lambda: self._db.execute(sql, tuple(args)).fetchall())
+
+    def _environment_error(self, err: sqlite3.Error) -> AttnumEnvironmentError:
+        msg = str(err)
+        low = msg.lower()
+        if "readonly" in low or "read-only" in low:
+            todo = "the file or its filesystem is read-only: copy the folder somewhere writable, or use another --out"
+        elif "full" in low:
+            todo = "the disk is full: free space, then re-run to resume (committed points are kept)"
+        elif "locked" in low or "busy" in low:
+            todo = "another process holds the database: wait for it, or use another --out"
+        elif "unable to open" in low:
+            todo = "cannot open it: check that the folder exists and is readable and writable"
+        else:
+            todo = ("the results store is corrupt: move it aside and re-run the sweep into this folder, "
+                    "or restore a copy of it")
+        return AttnumEnvironmentError(f"{self.path}: {msg}; {todo}")
+
+    def _json(self, text: str | None, what: str, key: str) -> Any:
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            raise AttnumEnvironmentError(
+                f"{self.path}: the {what} of point {key!r} is corrupt ({err}); delete that row (or move the "
+                "store aside) and re-run the sweep to recompute it") from None
+
+    def checkpoint(self, mode: str = "TRUNCATE") -> None:
+        """Fold the WAL into the main file (writers only)."""
+        if self._db is not None and not self.readonly:
+            self._q(f"PRAGMA wal_checkpoint({mode})")
+            self._last_checkpoint = time.monotonic()
 
     def close(self) -> None:
-        self._db.close()
+        try:
+            if self._db is not None:
+                if not self.readonly:
+                    try:
+                        self.checkpoint()
+                    except AttnumEnvironmentError:
+                        pass  # the rows are committed in -wal; the next open folds them in
+                self._db.close()
+        finally:
+            self._db = None
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
     def __enter__(self) -> Store:
         return self
@@ -69,15 +208,15 @@ class Store:
 
     # ---- spec binding -----------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
-        return dict(self._db.execute("SELECT key, value FROM meta"))
+        return dict(self._q("SELECT key, value FROM meta")) if self._has_table("meta") else {}
 
     def bind_spec(self, *, name: str, spec_hash: str, canonical: dict[str, Any], source: str) -> None:
         """Claim an empty folder for a spec, or check that it already holds that same spec."""
         held = self.meta()
         if "spec_hash" in held:
             if held["spec_hash"] != spec_hash:
-                raise AttnumInputError(
-                    f"{self.path.parent}: out holds results of a different spec "
+                raise AttnumEnvironmentError(
+                    f"{self.folder}: out holds results of a different spec "
                     f"({held.get('spec_name')!r}, hash {held['spec_hash']}) than {source} "
                     f"({name!r}, hash {spec_hash}); expected an empty folder or one made by this spec"
                 )
@@ -94,8 +233,7 @@ class Store:
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows.items())
 
     def spec(self) -> dict[str, Any] | None:
-        raw = self.meta().get("spec_json")
-        return json.loads(raw) if raw else None
+        return self._json(self.meta().get("spec_json"), "spec", "meta")
 
     # ---- planning and runs ------------------------------------------------------------------
     def plan(self, planned: Iterable[tuple[str, str, tuple[str, ...], dict[str, Any]]]) -> None:
@@ -106,13 +244,15 @@ class Store:
 
     def done_keys(self) -> set[str]:
         """Keys that need no rerun: points done. Failed points are retried on resume."""
-        return {k for (k,) in self._db.execute("SELECT key FROM points WHERE status = 'done'")}
+        return {k for (k,) in self._q("SELECT key FROM points WHERE status = 'done'")}
 
     def begin_run(self, *, command: str, n_todo: int, executor: str, jobs: int) -> int:
+        me = this_process()
         with self._tx():
             cur = self._db.execute(
-                "INSERT INTO runs (command, started_at, status, n_todo, executor, jobs) VALUES (?,?,?,?,?,?)",
-                (command, time.time(), "running", n_todo, executor, jobs),
+                "INSERT INTO runs (command, started_at, status, n_todo, executor, jobs, pid, host, proc_start) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (command, time.time(), "running", n_todo, executor, jobs, me["pid"], me["host"], me["proc_start"]),
             )
         return int(cur.lastrowid)
 
@@ -121,10 +261,19 @@ class Store:
             self._db.execute(
                 "UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?", (time.time(), status, run_id)
             )
+        self.checkpoint()
+
+    def _mark_killed_runs(self) -> None:
+        """We hold the folder's lock, so no other run is writing: every ``running`` run has died."""
+        with self._tx():
+            self._db.execute(
+                "UPDATE runs SET status = 'killed', finished_at = (SELECT MAX(written_at) FROM points "
+                "WHERE points.run_id = runs.run_id) WHERE status = 'running'")
 
     # ---- results ----------------------------------------------------------------------------
-    def write(self, result: dict[str, Any], run_id: int) -> None:
-        """Commit one point's result; a retried (failed) point replaces its row, never duplicates."""
+    def write(self, result: dict[str, Any], run_id: int) -> bool:
+        """Commit one point's result; False when a done row already holds it (never replaced, by a
+        failed result nor by another done one). A retried failed point replaces its row."""
         env = result.get("env") or {}
         env_json = json.dumps(env, sort_keys=True)
         env_id = hashlib.sha256(env_json.encode()).hexdigest()[:16]
@@ -132,11 +281,12 @@ class Store:
             if env_id not in self._envs:
                 self._db.execute("INSERT OR IGNORE INTO environments VALUES (?, ?)", (env_id, env_json))
                 self._envs.add(env_id)
-            self._db.execute(
+            cur = self._db.execute(
                 "INSERT INTO points VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
                 "status=excluded.status, metrics=excluded.metrics, error=excluded.error, "
                 "run_id=excluded.run_id, env_id=excluded.env_id, started_at=excluded.started_at, "
-                "wall_s=excluded.wall_s, worker=excluded.worker, written_at=excluded.written_at",
+                "wall_s=excluded.wall_s, worker=excluded.worker, written_at=excluded.written_at "
+                "WHERE points.status != 'done'",
                 (
                     result["key"],
                     result["status"],
@@ -150,6 +300,9 @@ class Store:
                     time.time(),
                 ),
             )
+        if time.monotonic() - self._last_checkpoint > CHECKPOINT_EVERY_S:
+            self.checkpoint("PASSIVE")  # never waits for readers; bounds what a copy of the main file misses
+        return cur.rowcount > 0
 
     def rows(self, *, kind: str | None = None, status: str | None = "done") -> list[dict[str, Any]]:
         """Planned points joined with their results; ``status=None`` includes missing ones."""
@@ -166,18 +319,20 @@ class Store:
             args.append(status)
         if where:
             sql += " WHERE " + " AND ".join(where)
+        if not self._has_table("points"):
+            return []
         out = []
         for key, kind_, groups, config, st, metrics, error, run_id, env_id, started, wall, worker in (
-            self._db.execute(sql + " ORDER BY p.rowid", args)
+            self._q(sql + " ORDER BY p.rowid", args)
         ):
             out.append(
                 {
                     "key": key,
                     "kind": kind_,
-                    "groups": json.loads(groups),
-                    "config": json.loads(config),
+                    "groups": self._json(groups, "groups", key),
+                    "config": self._json(config, "config", key),
                     "status": st or "missing",
-                    "metrics": json.loads(metrics) if metrics else None,
+                    "metrics": self._json(metrics, "metrics", key),
                     "error": error,
                     "run_id": run_id,
                     "env_id": env_id,
@@ -189,51 +344,70 @@ class Store:
         return out
 
     def environments(self) -> dict[str, dict[str, Any]]:
-        return {k: json.loads(v) for k, v in self._db.execute("SELECT env_id, env FROM environments")}
+        if not self._has_table("environments"):
+            return {}
+        return {k: self._json(v, "environment", k) for k, v in self._q("SELECT env_id, env FROM environments")}
 
     def counts(self) -> dict[str, int]:
         """Planned, done, failed and missing point counts."""
-        planned = self._db.execute("SELECT COUNT(*) FROM planned").fetchone()[0]
-        by = dict(self._db.execute("SELECT status, COUNT(*) FROM points GROUP BY status"))
+        if not self._has_table("points"):
+            return {"planned": 0, "done": 0, "failed": 0, "missing": 0}
+        planned = self._q("SELECT COUNT(*) FROM planned")[0][0]
+        by = dict(self._q("SELECT status, COUNT(*) FROM points GROUP BY status"))
         done, failed = by.get("done", 0), by.get("failed", 0)
         return {"planned": planned, "done": done, "failed": failed, "missing": planned - done - failed}
 
     def runs(self) -> list[dict[str, Any]]:
-        """Each run with how many points it wrote (done / failed)."""
-        written = {
-            (rid, st): n
-            for rid, st, n in self._db.execute("SELECT run_id, status, COUNT(*) FROM points GROUP BY run_id, status")
-        }
-        cols = ("run_id", "command", "started_at", "finished_at", "status", "n_todo", "executor", "jobs")
+        """Each run with how many points it wrote (done / failed). A ``running`` run whose process is
+        gone (on this host) reads ``killed``: computed here, without writing the store."""
+        if not self._has_table("runs"):
+            return []
+        written = {(rid, st): n for rid, st, n in self._q(
+            "SELECT run_id, status, COUNT(*) FROM points GROUP BY run_id, status")}
+        cols = ["run_id", "command", "started_at", "finished_at", "status", "n_todo", "executor", "jobs"]
+        if self._has_process_cols:
+            cols += _RUN_PROCESS_COLUMNS
         out = []
-        for row in self._db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY run_id"):
-            rec = dict(zip(cols, row))
+        for row in self._q(f"SELECT {', '.join(cols)} FROM runs ORDER BY run_id"):
+            rec = dict.fromkeys(_RUN_PROCESS_COLUMNS) | dict(zip(cols, row))
+            if rec["status"] == "running" and is_running(rec["pid"], rec["host"], rec["proc_start"]) is False:
+                rec["status"] = "killed"
             rec["done"] = written.get((rec["run_id"], "done"), 0)
             rec["failed"] = written.get((rec["run_id"], "failed"), 0)
             out.append(rec)
         return out
 
+    def _has_table(self, name: str) -> bool:
+        return bool(self._q("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+
     def _tx(self):
-        return _Transaction(self._db)
+        return _Transaction(self)
 
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT: one writer, and a point is either fully in the file or absent."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._store._q("BEGIN IMMEDIATE")
 
-    def __exit__(self, exc_type, *exc: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        db = self._store._db
+        if exc_type is None:
+            self._store._q("COMMIT")
+            return False
+        if db.in_transaction:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, (sqlite3.ProgrammingError, sqlite3.IntegrityError)):
+            raise self._store._environment_error(exc) from None
+        return False
 
 
 def open_store(out_dir: str | Path) -> Store:
-    """Open an existing folder's store for reading (runs, export, report)."""
-    path = Path(out_dir)
-    if not (path / DB_NAME).is_file():
-        raise bad_value("out", str(path), f"a folder holding {DB_NAME}; run `attnum sweep` or `attnum reproduce` "
-                        "first")
-    return Store(path, create=False)
+    """Open an existing folder's store for reading (runs, export, report): read-only, no writes."""
+    return Store(out_dir, readonly=True)
