@@ -72,10 +72,15 @@ def _bottom_right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
 
 
 def test_causal_alignment_reports_bottom_right_and_fails_an_off_by_one():
+    # Declared bottom-right: a pass, noted; undeclared (SDPA's top-left): a failure naming the fix.
+    rows, _ = audit("br", "causal-alignment", fn=_bottom_right, causal_alignment="bottom-right")
+    row = rows[("causal-alignment", "fp32")]
+    assert row.status == "pass" and any("bottom-right as declared" in c.verdict.note for c in row.cases)
     rows, _ = audit("br", "causal-alignment", fn=_bottom_right)
     row = rows[("causal-alignment", "fp32")]
-    assert row.status == "pass" and any("bottom-right" in c.verdict.note for c in row.cases)
-    rows, _ = audit("shifted", "causal-alignment", fn=lambda *a, **kw: _bottom_right(*a, shift=1, **kw))
+    assert row.status == "fail" and "but top-left is declared" in row.note
+    rows, _ = audit("shifted", "causal-alignment", fn=lambda *a, **kw: _bottom_right(*a, shift=1, **kw),
+                    causal_alignment="bottom_right")
     assert rows[("causal-alignment", "fp32")].status == "fail"
     assert "neither" in rows[("causal-alignment", "fp32")].note
 

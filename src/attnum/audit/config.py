@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from attnum.audit.harness import EMPTY_ROW_CONVENTIONS
 from attnum.errors import AttnumInputError, bad_value
 from attnum.formats import get_format
+from attnum.kernels import conventions
 
 AUDIT_FORMATS = ("bf16", "fp16", "fp32")  # the dtypes torch's kernels take (names from attnum.formats)
 DEVICES = ("cpu", "cuda")
@@ -26,13 +27,31 @@ def parse_dtypes(text: str | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+MAX_TIMEOUT = 7 * 24 * 3600.0  # seconds; a week is no longer a timeout
+DEFAULT_TIMEOUT = 300.0
+"""Seconds the isolated target may stay silent (one call of the target, or attnum's judging of
+one case) before the probe is "timed out": the slowest default case takes ~10 s on 2 CPU cores."""
+MAX_SEED = 2**63  # exclusive: seeds are mixed into torch.Generator.manual_seed (64-bit)
+
+
+def _finite(name: str, value: object, allowed: str, *, positive: bool, upper: float = math.inf) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
+        value > 0 if positive else value >= 0) and value <= upper
+    if not ok:
+        raise bad_value(name, value, allowed)
+    return float(value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuditConfig:
     """What to audit and how strictly.
 
     k, floor_ulps: the verdict rule (see attnum.audit.verdict); k_grad: multiplier for gradients
-    (flash-attn's 3x for dq/dk/dv). empty_rows: the expected output of rows with nothing to attend
-    to ("zeros" as torch >= 2.5, or "nan"). probes: names, or None for the default set.
+    (flash-attn's 3x for dq/dk/dv). causal_alignment ("top_left"/"bottom_right") and empty_rows
+    ("zeros", "nan", "mean-v", "any"): the conventions to judge by (attnum.kernels.conventions);
+    None takes the target's declaration, else SDPA's (top-left, zeros). probes: names, or None for
+    the default set. timeout: seconds a silent target is given per case; isolate: run the target in
+    a child process (attnum.audit.isolate), so a crash, hang or exit becomes a verdict.
     """
 
     target: str
@@ -43,23 +62,32 @@ class AuditConfig:
     k: float = 2.0
     k_grad: float = 5.0
     floor_ulps: float = 2.0
-    empty_rows: str = "zeros"
+    empty_rows: str | None = None
+    causal_alignment: str | None = None
     seed: int = 0
+    timeout: float = DEFAULT_TIMEOUT
+    isolate: bool = True
 
     def __post_init__(self) -> None:
-        if not self.target:
+        if not self.target or not isinstance(self.target, str):
             raise bad_value("target", self.target, "module:function, path/file.py:function or a built-in name")
         object.__setattr__(self, "dtypes", parse_dtypes(self.dtypes))
         if self.device not in DEVICES:
             raise bad_value("device", self.device, f"one of {DEVICES}")
-        if not self.k > 0:
-            raise bad_value("k", self.k, "a positive multiplier")
-        if not self.k_grad > 0:
-            raise bad_value("k_grad", self.k_grad, "a positive multiplier")
-        if not self.floor_ulps >= 0:
-            raise bad_value("floor_ulps", self.floor_ulps, "a non-negative number of ULPs")
-        if self.empty_rows not in EMPTY_ROW_CONVENTIONS:
-            raise bad_value("empty_rows", self.empty_rows, f"one of {EMPTY_ROW_CONVENTIONS}")
+        object.__setattr__(self, "k", _finite("k", self.k, "a finite positive multiplier", positive=True))
+        object.__setattr__(self, "k_grad", _finite("k_grad", self.k_grad, "a finite positive multiplier",
+                                                   positive=True))
+        object.__setattr__(self, "floor_ulps", _finite("floor_ulps", self.floor_ulps,
+                                                       "a finite non-negative number of ULPs", positive=False))
+        object.__setattr__(self, "timeout", _finite("timeout", self.timeout,
+                                                    f"seconds, > 0 and <= {MAX_TIMEOUT:g}", positive=True,
+                                                    upper=MAX_TIMEOUT))
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < MAX_SEED:
+            raise bad_value("seed", self.seed, "an integer, 0 <= seed < 2**63")
+        if self.empty_rows is not None:
+            object.__setattr__(self, "empty_rows", conventions.empty_rows(self.empty_rows))
+        if self.causal_alignment is not None:
+            object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
         if self.probes is not None:
             from attnum.audit.probes import select
 

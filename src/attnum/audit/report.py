@@ -6,18 +6,30 @@ import html
 import math
 
 from attnum.audit.runner import NOTHING_TESTED, AuditReport, ProbeResult
-from attnum.audit.verdict import NEAR_BOUND, Verdict
+from attnum.audit.verdict import ABORTED, NEAR_BOUND, NO_MARGIN, Verdict
+from attnum.kernels.conventions import label as alignment_label
 
-STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "unsupported": "dim", "note": "yellow"}
+STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "unsupported": "dim", "note": "yellow",
+         **{s: "bold white on red" for s in ABORTED}}
 
 
 def _num(x: float) -> str:
     return "-" if isinstance(x, float) and math.isnan(x) else f"{x:.3g}"
 
 
-def _json_num(x: float):
-    """JSON has no NaN/Infinity: non-finite numbers become strings ("inf", "nan")."""
-    return x if math.isfinite(x) else str(x)
+def _json_num(x: float) -> float:
+    """Numbers as they are: attnum.jsonout.dumps turns NaN/inf into null with a "nonfinite" note."""
+    return float(x)
+
+
+def conventions_line(report: AuditReport) -> str:
+    """"conventions: causal top-left (default (SDPA)), empty rows zeros (declared)"."""
+    c = report.conventions
+    if not c:
+        return ""
+    src = c.get("source", {})
+    return (f"conventions: causal {alignment_label(c['causal_alignment'])} ({src.get('causal_alignment', '?')}), "
+            f"empty rows {c['empty_rows']} ({src.get('empty_rows', '?')})")
 
 
 def margin(ratio: float) -> str:
@@ -50,8 +62,12 @@ def to_json(report: AuditReport) -> dict:
         "passed": report.passed if report.available else None,
         "available": report.available,
         "probes": [_probe_json(r) for r in report.results],
-        "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps, "empty_rows": cfg.empty_rows,
+        "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps,
+                 "empty_rows": report.conventions.get("empty_rows", cfg.empty_rows),
                  "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND},
+        "conventions": report.conventions,
+        "isolated": report.isolated,
+        "timeout": cfg.timeout,
         "device": cfg.device,
         "environment": report.environment,
     }
@@ -64,7 +80,7 @@ def _case_json(label: str, v: Verdict) -> dict:
     return {"label": label, "verdict": v.status, "target_error": _json_num(v.target_error),
             "baseline_error": _json_num(v.baseline_error), "bound": _json_num(v.bound),
             "terms_floor": _json_num(v.terms_floor),
-            "margin": None if v.status in ("error", "unsupported") else _json_num(v.ratio),
+            "margin": None if v.status in NO_MARGIN else _json_num(v.ratio),
             "near_bound": v.near_bound, "note": v.note}
 
 
@@ -95,6 +111,7 @@ def print_table(report: AuditReport, console) -> None:
         table.add_row(r.name, r.dtype, f"[{style}]{verdict_text(r)}[/]", _num(r.target_error),
                       _num(r.baseline_error), _num(r.bound), margin(r.ratio), r.note)
     console.print(table)
+    console.print(conventions_line(report), soft_wrap=True)
     console.print(summary(report))
 
 
@@ -120,9 +137,9 @@ def to_html(report: AuditReport) -> str:
             f"<tr class='case'><td></td><td colspan=2>{esc(c.label)}</td><td>{esc(c.verdict.status)}</td>"
             f"<td>{_num(c.verdict.target_error)}</td><td>{_num(c.verdict.baseline_error)}</td>"
             f"<td>{_num(c.verdict.bound)}</td>"
-            f"<td>{margin(c.verdict.ratio if c.verdict.status not in ('error', 'unsupported') else math.nan)}</td>"
+            f"<td>{margin(c.verdict.ratio if c.verdict.status not in NO_MARGIN else math.nan)}</td>"
             f"<td>{esc(c.verdict.note)}</td></tr>" for c in r.cases)
-        cls = "near" if r.near_bound else r.status
+        cls = "near" if r.near_bound else r.status.split()[0]
         rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{r.dtype}</td><td></td>"
                     f"<td>{esc(verdict_text(r))}</td><td>{_num(r.target_error)}</td><td>{_num(r.baseline_error)}</td>"
                     f"<td>{_num(r.bound)}</td><td>{margin(r.ratio)}</td><td>{esc(r.note)}</td></tr>{cases}")
@@ -132,7 +149,7 @@ def to_html(report: AuditReport) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>attnum audit</title><style>"
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
-        "tr.fail td,tr.error td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
+        "tr.fail td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
         "</style>"
         f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
-        f"<p>{esc(environment_line(report))}</p>{body}</body></html>")
+        f"<p>{esc(environment_line(report))}</p><p>{esc(conventions_line(report))}</p>{body}</body></html>")

@@ -4,6 +4,11 @@ A probe's row is its worst case (fail > error > note > pass > unsupported; ties 
 of the bound the error used), so the table shows the three numbers of the case that matters, its
 margin (error / bound) and the case's label in the note. Every case is kept for --json. An audit in
 which the target refused every case tested nothing: it is reported unavailable, never passed.
+
+A target named by a string runs in a child process (attnum.audit.isolate): a crash, a hang past
+``config.timeout`` or an exit ends only the probe in flight, whose row then says ``crashed``,
+``timed out`` or ``exited``. A callable passed as ``target`` runs in this process (it may not be
+importable by a child); ``isolate=False`` forces that for names too (debugging).
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from dataclasses import dataclass, field
 import torch
 
 from attnum.audit.config import AuditConfig
-from attnum.audit.harness import Case, ProbeContext, raised
+from attnum.audit.harness import Case, Probe, ProbeContext, raised
 from attnum.audit.probes import select
-from attnum.audit.verdict import NEAR_BOUND, SEVERITY
+from attnum.audit.verdict import FAILING, NEAR_BOUND, NO_MARGIN, SEVERITY, Verdict
 from attnum.formats import get_format, torch_dtype
+from attnum.kernels import conventions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +46,7 @@ class ProbeResult:
 
     @property
     def passed(self) -> bool:
-        return self.status not in ("fail", "error")
+        return self.status not in FAILING
 
     @property
     def near_bound(self) -> bool:
@@ -58,6 +64,9 @@ class AuditReport:
     reason: str
     results: tuple[ProbeResult, ...]
     environment: dict = field(default_factory=dict)
+    # The conventions judged by: {"causal_alignment", "empty_rows", "source": {field: where from}}.
+    conventions: dict = field(default_factory=dict)
+    isolated: bool = False
 
     @property
     def passed(self) -> bool:
@@ -109,37 +118,119 @@ def _row(name: str, dtype: str, cases: list[Case], seconds: float) -> ProbeResul
         note += f"; {n_refused} case(s) unsupported"
     return ProbeResult(name=name, dtype=dtype, status=v.status, target_error=v.target_error,
                        baseline_error=v.baseline_error, bound=v.bound, note=note, seconds=seconds,
-                       ratio=v.ratio if v.status not in ("error", "unsupported") else math.nan, cases=tuple(cases))
+                       ratio=v.ratio if v.status not in NO_MARGIN else math.nan, cases=tuple(cases))
+
+
+def aborted(status: str, note: str) -> Verdict:
+    """The verdict of a probe whose target ended it: crashed / timed out / exited."""
+    nan = math.nan
+    return Verdict(status=status, target_error=nan, baseline_error=nan, bound=nan, note=note)
+
+
+def resolve_conventions(config: AuditConfig, declared: dict[str, str]) -> dict:
+    """The conventions to judge by: the config's (a CLI flag), else the target's declaration, else
+    SDPA's; with where each came from."""
+    out: dict = {"source": {}}
+    for name, default in (("causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
+                          ("empty_rows", conventions.DEFAULT_EMPTY_ROWS)):
+        flag = getattr(config, name)
+        if flag is not None:
+            out[name], out["source"][name] = flag, "flag"
+        elif name in declared:
+            out[name], out["source"][name] = declared[name], "declared"
+        else:
+            out[name], out["source"][name] = default, "SDPA default"
+    return out
+
+
+def contexts(config: AuditConfig, target: Callable, conv: dict, monitor=None) -> dict[str, ProbeContext]:
+    """One ProbeContext per dtype."""
+    return {dtype: ProbeContext(target=target, dtype=torch_dtype(dtype), fmt=get_format(dtype), device=config.device,
+                                k=config.k, k_grad=config.k_grad, floor_ulps=config.floor_ulps, strict=config.strict,
+                                empty_rows=conv["empty_rows"], causal_alignment=conv["causal_alignment"],
+                                seed=config.seed, monitor=monitor) for dtype in config.dtypes}
+
+
+class CaseLog:
+    """A monitor (see ProbeContext.monitor) that keeps the cases finished and the call in flight, so
+    a probe cut short still shows what it had done and where it stopped."""
+
+    def __init__(self, forward: Callable[[str, str, object], None] | None = None) -> None:
+        self.forward, self.cases, self.label, self.calls = forward, [], "", 0
+
+    def start(self) -> None:
+        self.cases, self.label, self.calls = [], "", 0
+
+    def __call__(self, event: str, label: str, payload: object = None) -> None:
+        if event == "case":
+            self.cases.append(payload)
+        elif event == "call":
+            self.calls += 1
+            self.label = label or f"call {self.calls}"
+        if self.forward is not None:
+            self.forward(event, label, payload)
+
+
+def run_probe(probe: Probe, ctx: ProbeContext, log: CaseLog) -> list[Case]:
+    """The probe's cases; a target that raises outside a guarded call, or calls ``sys.exit``, ends
+    the probe with one more case saying so (the cases it finished are kept)."""
+    log.start()
+    try:
+        return probe.run(ctx)
+    except SystemExit as exc:
+        return [*log.cases, Case(label=log.label or "probe",
+                                 verdict=aborted("exited", f"the target called sys.exit({exc.code!r})"))]
+    except Exception as exc:  # noqa: BLE001 - a kernel raising outside a guarded call
+        return [*log.cases, Case(label=log.label or "probe", verdict=raised(exc))]
 
 
 def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = None,
-              progress: Callable[[ProbeResult], None] | None = None) -> AuditReport:
-    """Audit ``target`` (or the one ``config.target`` names) with the configured probes and dtypes."""
-    available, reason = True, ""
+              progress: Callable[[ProbeResult], None] | None = None, *, isolate: bool | None = None) -> AuditReport:
+    """Audit ``target`` (or the one ``config.target`` names) with the configured probes and dtypes.
+
+    ``isolate``: None = ``config.isolate`` for a name, in-process for a callable.
+    """
+    if isolate is None:
+        isolate = config.isolate and target is None
+    if isolate:
+        if target is not None:
+            raise ValueError("isolate=True needs the target by name (config.target), not a callable")
+        from attnum.audit import isolate as iso
+
+        return iso.run_isolated(config, progress=progress)
+    available, reason, declared = True, "", {}
     if target is None:
         from attnum.kernels.registry import resolve
 
         resolved = resolve(config.target, config.device, param="target")
-        target, available, reason = resolved.fn, resolved.available, resolved.reason
+        target, available, reason, declared = resolved.fn, resolved.available, resolved.reason, resolved.declared
+    else:
+        declared = conventions.declared(target)
+    conv = resolve_conventions(config, declared)
     results: list[ProbeResult] = []
     if available:
-        for dtype in config.dtypes:
-            ctx = ProbeContext(target=target, dtype=torch_dtype(dtype), fmt=get_format(dtype), device=config.device,
-                               k=config.k, k_grad=config.k_grad, floor_ulps=config.floor_ulps,
-                               strict=config.strict, empty_rows=config.empty_rows, seed=config.seed)
-            for probe in select(config.probes):
-                t0 = time.perf_counter()
-                try:
-                    cases = probe.run(ctx)
-                except Exception as exc:  # noqa: BLE001 - a kernel raising outside a guarded call
-                    cases = [Case(label="probe", verdict=raised(exc))]
-                row = _row(probe.name, dtype, cases, time.perf_counter() - t0)
-                results.append(row)
-                if progress is not None:
-                    progress(row)
+        log = CaseLog()
+        ctxs = contexts(config, target, conv, monitor=log)
+        for dtype, probe in plan(config):
+            t0 = time.perf_counter()
+            row = _row(probe.name, dtype, run_probe(probe, ctxs[dtype], log), time.perf_counter() - t0)
+            results.append(row)
+            if progress is not None:
+                progress(row)
+    return finish(config, available, reason, results, conv, isolated=False)
+
+
+def plan(config: AuditConfig) -> list[tuple[str, Probe]]:
+    """(dtype, probe) in the order the audit runs them."""
+    return [(dtype, probe) for dtype in config.dtypes for probe in select(config.probes)]
+
+
+def finish(config: AuditConfig, available: bool, reason: str, results: list[ProbeResult], conv: dict,
+           *, isolated: bool) -> AuditReport:
     # A target that refused every case was not audited: not "passed" (the CLI exits 3).
     refused = _nothing_tested(results)
     if refused:
         available, reason = False, refused
     return AuditReport(target=config.target, config=config, available=available, reason=reason,
-                       results=tuple(results), environment=environment(config.device))
+                       results=tuple(results), environment=environment(config.device), conventions=conv,
+                       isolated=isolated)

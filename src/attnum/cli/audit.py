@@ -1,12 +1,12 @@
 """``attnum audit TARGET``: adversarial probes against a float64 golden, with FA's verdict rule.
 
-Exit status: 0 every probe passed, 1 any probe failed or errored, 2 usage error, 3 nothing was
-tested: the target is unavailable here (package or device missing) or refused every case.
+Exit status: 0 every probe passed, 1 any probe failed, errored, crashed, timed out or exited, 2 usage
+error, 3 nothing was tested: the target is unavailable here (package or device missing) or refused
+every case. The target runs in a child process (attnum.audit.isolate) unless --no-isolate.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,8 +29,17 @@ def register(app: typer.Typer) -> None:
         k: float = typer.Option(2.0, "--k", help="fail when err > k x baseline err + floor"),
         k_grad: float = typer.Option(5.0, "--k-grad", help="the multiplier for gradients"),
         floor_ulps: float = typer.Option(2.0, "--floor-ulps", help="floor, in ULPs of the dtype at the output's scale"),
-        empty_rows: str = typer.Option("zeros", "--empty-rows", help="expected output of fully masked rows: zeros or nan"),
-        seed: int = typer.Option(0, "--seed"),
+        empty_rows: str | None = typer.Option(None, "--empty-rows",
+                                              help="output of rows with no key: zeros, nan, mean-v or any "
+                                                   "(don't care); default: the target's declaration, else zeros"),
+        causal_alignment: str | None = typer.Option(None, "--causal-alignment",
+                                                    help="is_causal with N != S: top-left or bottom-right; "
+                                                         "default: the target's declaration, else top-left"),
+        seed: int = typer.Option(0, "--seed", help="0 <= seed < 2**63"),
+        timeout: float = typer.Option(300.0, "--timeout", help="seconds a target may stay silent in one case "
+                                                               "before the probe is 'timed out'"),
+        no_isolate: bool = typer.Option(False, "--no-isolate", help="run the target in this process (debugging: "
+                                                                    "a crash or exit then ends the audit)"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
         html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
@@ -50,17 +59,40 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{p.name:24s} {p.kind:9s} {p.summary}  [dim]({', '.join(p.refs)})[/dim]")
             raise typer.Exit(0)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
-                          k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows, seed=seed)
+                          k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
+                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate)
+        if html_file is not None:
+            check_writable(html_file, "--html")
         progress = None
         if not as_json and sys.stderr.isatty():
             progress = lambda r: console.print(f"[dim]{r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)[/dim]")
-        report = run_audit(cfg, progress=progress)
-        if html_file is not None:
-            html_file.write_text(to_html(report), encoding="utf-8")
+        report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
         if as_json:
-            print(json.dumps(to_json(report), indent=2))
+            from attnum.jsonout import dumps
+
+            print(dumps(to_json(report), indent=2))
         else:
             print_table(report, console)
+        if html_file is not None:
+            try:
+                html_file.write_text(to_html(report), encoding="utf-8")
+            except OSError as err:
+                from attnum.errors import AttnumEnvironmentError
+
+                raise AttnumEnvironmentError(f"--html {str(html_file)!r}: cannot write it ({err.strerror or err}); "
+                                             "name a file in a writable folder") from None
         if not report.available:
             raise typer.Exit(EXIT_UNAVAILABLE)
         raise typer.Exit(0 if report.passed else 1)
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Refuse, before any work, an output path that cannot become a file: a folder, a missing or
+    non-folder parent."""
+    from attnum.errors import AttnumInputError
+
+    if path.is_dir():
+        raise AttnumInputError(f"{flag} {str(path)!r} is a folder; name a file (e.g. {str(path / 'audit.html')!r})")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise AttnumInputError(f"{flag} {str(path)!r}: the folder {str(parent)!r} does not exist")

@@ -4,7 +4,8 @@ Models Dao-AILab/flash-attention#2573 (a varlen split-KV early exit wrote LSE in
 rows) and the general hazard that a kernel's reduction strategy changes with batch size, so a
 request's output depends on who it is batched with (research/edge-cases.md §2.10). Batch element 0
 alone is compared bit for bit with batch element 0 of a batch of 4. Reported as behaviour; fails only
-under --strict.
+under --strict. The causal case has N != S, so it is judged with the declared causal alignment
+(a bottom-right kernel judged top-left used to fail here with error 2.4).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def run(ctx: ProbeContext) -> list[Case]:
                        ctx.randn(B, H, S, D, salt=3))
     cases = []
     for causal in (False, True):
-        full = ctx.call(q, k, v, is_causal=causal)[:1]
-        alone = ctx.call(q[:1], k[:1], v[:1], is_causal=causal)
+        full = ctx.call(q, k, v, is_causal=causal, label=f"B={B} causal={causal}")[:1]
+        alone = ctx.call(q[:1], k[:1], v[:1], is_causal=causal, label=f"B=1 causal={causal}")
         diff = float((full - alone).abs().nan_to_num(nan=float("inf")).max())
         same = bool((full == alone).all())
         verdict = Verdict(status="pass" if same else "fail", target_error=diff, baseline_error=0.0,

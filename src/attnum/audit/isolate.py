@@ -1,0 +1,270 @@
+"""Run the audited target in a child process, so that nothing it does ends the audit.
+
+The parent (:func:`run_isolated`) starts ``python -m attnum.audit.isolate`` in its own process group
+and sends it the config and the index of the first (dtype, probe) to run. The child imports and
+resolves the target itself (a ``sys.exit`` or a crash at import is the child's death, not the
+parent's), points its stdout at stderr (so ``--json`` stays clean) and sends back, over its
+original stdout, length-prefixed pickles:
+
+    ("ready", info)          the target resolved: availability, declared conventions
+    ("input_error", text)    the name does not resolve (the CLI exits 2 with that line)
+    ("start", i)             probe i of the plan begins
+    ("call" | "returned", i, label)   the heartbeat around each call of the target
+    ("case", i, Case)        a case finished
+    ("row", i, ProbeResult)  probe i finished
+    ("done",)
+
+Every message restarts the parent's clock; ``config.timeout`` seconds of silence is a hang. When the
+child dies or hangs, its process group is killed, the probe in flight gets a row ``crashed`` (the
+signal), ``timed out`` (after how long, at which case) or ``exited`` (the exit code, 0 included) with
+the cases it had finished, and a fresh child continues with the next probe. A death before "ready"
+is the target's import: one row, and the audit stops there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from attnum.audit import runner
+from attnum.audit.config import AuditConfig
+from attnum.audit.harness import Case
+from attnum.errors import AttnumInputError
+
+IMPORT_GRACE = 60.0  # seconds added to the timeout for the child's own start (python, torch, attnum)
+IMPORT_ROW = "target-import"  # the row of a target that dies while it is being imported
+_HEADER = struct.Struct("!I")
+
+
+# -- the child -------------------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the parent dies (the parent may be SIGKILLed itself)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _child() -> None:
+    channel = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # whatever the target prints goes to stderr, never into the parent's stdout
+    request = pickle.load(sys.stdin.buffer)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    if os.getppid() != request["parent"]:
+        return  # the parent is already gone
+    _die_with_parent()
+    import faulthandler
+
+    faulthandler.enable()  # a crash leaves the Python stack on stderr
+    sys.path[:] = request["sys_path"]  # the parent's view of importable modules
+
+    def send(*msg: object) -> None:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        channel.write(_HEADER.pack(len(data)) + data)
+
+    import torch
+
+    torch.set_num_threads(request["threads"])
+    config: AuditConfig = request["config"]
+    from attnum.kernels.registry import resolve
+
+    try:
+        target = resolve(config.target, config.device, param="target")
+    except AttnumInputError as err:
+        send("input_error", str(err))
+        return
+    conv = runner.resolve_conventions(config, target.declared)
+    send("ready", {"available": target.available, "reason": target.reason, "conventions": conv})
+    if not target.available:
+        return
+    index = [request["start"]]
+    log = runner.CaseLog(forward=lambda event, label, payload: send(event, index[0], label, payload))
+    ctxs = runner.contexts(config, target.fn, conv, monitor=log)
+    for i, (dtype, probe) in enumerate(runner.plan(config)):
+        if i < request["start"]:
+            continue
+        index[0] = i
+        send("start", i)
+        t0 = time.perf_counter()
+        row = runner._row(probe.name, dtype, runner.run_probe(probe, ctxs[dtype], log), time.perf_counter() - t0)
+        send("row", i, row)
+    send("done")
+
+
+# -- the parent ------------------------------------------------------------------------------------
+
+class _Child:
+    """One child process and the frames it sends."""
+
+    def __init__(self, config: AuditConfig, start: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnum.audit.isolate"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, start_new_session=True)
+        request = {"config": config, "start": start, "sys_path": list(sys.path), "parent": os.getpid(),
+                   "threads": _threads()}
+        try:
+            self.proc.stdin.write(pickle.dumps(request))
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it died at once: the next read says how
+        self.fd = self.proc.stdout.fileno()
+        self.buf = b""
+
+    def frames(self, timeout: float):
+        """Yield messages; ends at EOF. Raises TimeoutError after ``self.budget`` s without one
+        (``timeout`` until the caller changes it)."""
+        self.budget = timeout
+        while True:
+            while len(self.buf) >= _HEADER.size:
+                (n,) = _HEADER.unpack_from(self.buf)
+                if len(self.buf) < _HEADER.size + n:
+                    break
+                data, self.buf = self.buf[_HEADER.size:_HEADER.size + n], self.buf[_HEADER.size + n:]
+                yield pickle.loads(data)
+            ready, _, _ = select.select([self.fd], [], [], self.budget)
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return
+            self.buf += chunk
+
+    def kill(self) -> int:
+        """Kill the child's whole process group (the target's own children too); its exit status."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        rc = self.proc.wait()
+        if not self.proc.stdout.closed:
+            self.proc.stdout.close()
+        return rc
+
+    def status(self) -> int:
+        """The exit status once the child has closed its pipe (it may take a moment to be reaped)."""
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def death(rc: int) -> tuple[str, str]:
+    """(status, what happened) for a child that ended with exit status ``rc`` before it was done."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return "crashed", f"killed by {name}"
+    return "exited", f"the process exited with code {rc}"
+
+
+def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], None] | None = None
+                 ) -> runner.AuditReport:
+    """:func:`attnum.audit.runner.run_audit` with the target in child processes (see the module doc)."""
+    from attnum.kernels import user
+    from attnum.kernels.registry import resolve
+
+    if not user.is_user_spec(config.target.strip()):
+        # attnum's own names resolve here without running anything: an unknown or unavailable one
+        # needs no child.
+        t = resolve(config.target, config.device, param="target")
+        if not t.available:
+            conv = runner.resolve_conventions(config, t.declared)
+            return runner.finish(config, False, t.reason, [], conv, isolated=True)
+    todo = runner.plan(config)
+    results: list[runner.ProbeResult] = []
+    conv: dict = runner.resolve_conventions(config, {})
+
+    def add(row: runner.ProbeResult) -> None:
+        results.append(row)
+        if progress is not None:
+            progress(row)
+
+    start = 0
+    while start < len(todo):
+        child = _Child(config, start)
+        ready, in_flight, cases, label, t_probe, outcome = False, None, [], "", time.perf_counter(), "eof"
+        in_call = False
+        try:
+            for msg in child.frames(config.timeout + IMPORT_GRACE):
+                kind = msg[0]
+                if kind == "input_error":
+                    raise AttnumInputError(msg[1])
+                if kind == "ready":
+                    ready, conv = True, msg[1]["conventions"]
+                    if not msg[1]["available"]:
+                        outcome = "unavailable"
+                        break
+                    child_timeout = config.timeout
+                elif kind == "start":
+                    in_flight, cases, label, t_probe, in_call = msg[1], [], "", time.perf_counter(), False
+                elif kind == "call":
+                    label, in_call = msg[2] or f"call in {todo[msg[1]][1].name}", True
+                elif kind == "returned":
+                    in_call = False
+                elif kind == "case":
+                    cases.append(msg[3])
+                elif kind == "row":
+                    add(msg[2])
+                    start, in_flight = msg[1] + 1, None
+                elif kind == "done":
+                    outcome = "done"
+                    break
+                if ready:
+                    child.budget = child_timeout
+        except TimeoutError:
+            outcome = "timeout"
+        except BaseException:
+            child.kill()
+            raise
+        if outcome == "unavailable":
+            child.kill()
+            return runner.finish(config, False, msg[1]["reason"], results, conv, isolated=True)
+        if outcome == "done":
+            child.kill()  # also whatever the target left running in its group
+            break
+        if outcome == "timeout":
+            child.kill()
+            status, what = "timed out", f"no answer within {config.timeout:g} s"
+        else:
+            status, what = death(child.status())
+            child.kill()
+        if not ready:
+            add(runner._row(IMPORT_ROW, ",".join(config.dtypes),
+                            [Case(label="import", verdict=runner.aborted(status, f"{what} while importing the target"))],
+                            time.perf_counter() - t_probe))
+            break
+        i = start if in_flight is None else in_flight
+        dtype, probe = todo[i]
+        if not label:
+            where = "before the first call of the target"
+        else:
+            where = "in the target's call" if in_call else "after the target returned (attnum judging the case)"
+        cases.append(Case(label=label or "probe", verdict=runner.aborted(status, f"{what}, {where}")))
+        add(runner._row(probe.name, dtype, cases, time.perf_counter() - t_probe))
+        start = i + 1
+    return runner.finish(config, True, "", results, conv, isolated=True)
+
+
+if __name__ == "__main__":
+    _child()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # atexit handlers and threads the target left behind must not hold the child
