@@ -22,6 +22,8 @@ PACKAGE = "jax"  # find_spec("jax") imports nothing; jax.experimental.pallas shi
 EXTRA = "jax"
 DEVICES = ("cpu",)
 DTYPES = jax_bridge.JAX_DTYPES
+# mha masks q_index >= k_index, both from 0; a row always keeps key 0, so no row is empty
+CAUSAL_ALIGNMENT = "top_left"
 BLOCK = 128  # mha's BlockSizes.get_default(): block_q = block_k = 128
 
 

@@ -23,6 +23,8 @@ PACKAGE = "jax"
 EXTRA = "jax"
 DEVICES = ("cpu",)
 DTYPES = jax_bridge.JAX_DTYPES
+# the causal mask is q_index >= k_index, both from 0 (the kernel's mask_value is finite)
+CAUSAL_ALIGNMENT = "top_left"
 BLOCK = 128  # BlockSizes.get_default(): every block 128
 
 

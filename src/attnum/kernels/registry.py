@@ -9,7 +9,8 @@ scale=None, enable_gqa=False)`` with (B, H, N, d) tensors, like
 - real kernels (:data:`KERNELS`): torch SDPA and its backends, and the adapters beside this module
   (``torch-flex``, ``flash-attn``, ``flashinfer``, ``xformers``);
 - a user's callable: ``package.module:function`` or ``path/to/file.py:function``
-  (:mod:`attnum.kernels.user`).
+  (:mod:`attnum.kernels.user`), or ``triton-interpret:`` and either, for a Triton kernel run on CPU by
+  Triton's interpreter (:mod:`attnum.kernels.triton_interp`).
 
 A name that is known but cannot run here (package or device missing) resolves to an *unavailable*
 :class:`Target` that says why; anything else is an :class:`attnum.errors.AttnumInputError` listing the
@@ -34,8 +35,11 @@ from attnum.kernels import (
     flashinfer_decode,
     flashinfer_merge,
     flex,
+    pallas_mha,
+    pallas_tpu_flash,
     reference,
     serving,
+    triton_interp,
     user,
     vllm_merge,
     xformers,
@@ -132,6 +136,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _sdpa("torch-sdpa-efficient", "EFFICIENT_ATTENTION", ("cuda",), "SDPBackend.EFFICIENT_ATTENTION (memory-efficient)"),
     _sdpa("torch-sdpa-cudnn", "CUDNN_ATTENTION", ("cuda",), "SDPBackend.CUDNN_ATTENTION"),
     *(_adapter(mod) for mod in (flex, flash_attn, flashinfer, xformers)),
+    *(_adapter(mod) for mod in (pallas_mha, pallas_tpu_flash)),  # CPU, interpret mode; extra "jax"
     *(_adapter(mod) for mod in (flashinfer_merge, flashinfer_decode, flash_attn_kvcache, vllm_merge)),
 )}
 
@@ -161,11 +166,16 @@ def _installed(package: str) -> bool:
         return False
 
 
+# The optional packages that a pyproject extra installs (pallas-*: jax; triton-interpret:: triton).
+_EXTRAS = {pallas_mha.PACKAGE: pallas_mha.EXTRA, triton_interp.PACKAGE: triton_interp.EXTRA}
+
+
 def _status(name: str, devices: tuple[str, ...], package: str | None, device: str | None) -> tuple[bool, str]:
     """(available, reason); ``device=None`` asks whether any of ``devices`` exists on this machine."""
     why = []
     if package and not _installed(package):
-        why.append(f"package {package!r} is not installed")
+        extra = _EXTRAS.get(package)
+        why.append(f"package {package!r} is not installed" + (f" (pip install 'attnum[{extra}]')" if extra else ""))
     cuda = torch.cuda.is_available()
     if device is None:
         if not any(d != "cuda" or cuda for d in devices):
@@ -215,6 +225,10 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = reference.family(kind, policy, block_q=block_q, block_k=block_k)
     elif sep and kind == "decode":  # attnum's serving target: flash SDPA + merge_state + decode
         fn = serving.reference(policy)
+    elif sep and kind == triton_interp.PREFIX:  # a user's Triton kernel under TRITON_INTERPRET=1, on CPU
+        ok, why = _status(spec, triton_interp.DEVICES, triton_interp.PACKAGE, device)
+        fn = triton_interp.load(policy, spec) if ok else None
+        return Target(name=spec, fn=fn, available=ok, reason=why, declared=conventions.declared(fn) if ok else {})
     elif user.is_user_spec(spec):
         fn = user.load_user_target(spec)
     else:
