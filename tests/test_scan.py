@@ -39,10 +39,16 @@ def test_python_positives(src, rule):
     "# MASK_VALUE = -5e4 (a comment)",
     "print('fill with -1e4')",
     "'''\nMASK_VALUE = -5e4 in a docstring\n'''",
-    "scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
 ])
 def test_python_negatives(src):
     assert rules(src) == []
+
+
+def test_finfo_min_fill_is_reported_low_only():
+    """The fix of transformers#27114 is finite and dtype-dependent: a low finding, never medium/high."""
+    src = "scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)"
+    found = scan_text(src, "x", python=True)
+    assert [(f.line, f.rule, f.severity) for f in found] == [(1, "finfo-mask-fill", "low")]
 
 
 def test_named_sentinel_is_followed_to_its_uses():

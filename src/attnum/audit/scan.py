@@ -1,39 +1,43 @@
 """Static scan of kernel sources for hard-coded mask sentinels and related numerical smells.
 
-Python (incl. Triton), CUDA and C/C++ files are read line by line, comments removed; each rule is a
-regular expression over one line, or over a short window where the smell is an ordering (softcap
-after masking) or a mixture (exp2/log2 beside exp/log near an LSE). A finite "infinity" is a numeric
-literal of magnitude >= SENTINEL_MIN (5e4, 1e4, 1e9, 1e30, 65504, 3.4e38, FLT_MAX, ...) or a name
-that the same file assigns one. Each finding names file:line, the line, a severity, and why the
-construct is risky (research/edge-cases.md §1, §2.3, §2.9, §2.13; research/aesthetics.md §8).
+Python (incl. Triton/JAX), CUDA and C/C++ files are read line by line, comments and string contents
+blanked; each rule looks at one line's tokens, or at a short window where the smell is an ordering
+(softcap after masking) or a mixture (exp2/log2 beside exp/log near an LSE). Every rule costs time
+linear in the line (``scan_rules``): no input can stall the scan, and no line is cut short.
+
+A finite "infinity" is a literal of magnitude >= SENTINEL_MIN (5e4, 1e4, 1e9, 1e30, 65504, 3.4e38),
+``FLT_MAX``-like constants, a ``finfo(...)``-derived value, or a name the same file assigns one. Each
+finding names file:line (lines counted at "\\n", as editors and ``grep -n`` count them), the line, a
+severity, and why the construct is risky (research/edge-cases.md §1, §2.3, §2.9, §2.13).
+
+Paths: skip rules (``.git``, ``.venv``, ``node_modules``, ...) apply only to folders *below* a root
+named; a root is read whatever its own name or the names above it. A path that cannot be read (missing,
+not a regular file or folder, permission denied, a symbolic-link loop, a folder that cannot be listed)
+is an error, and so is a scan that finds no source file: never a silent "0 files".
 """
 
 from __future__ import annotations
 
+import errno
 import importlib.util
-import re
+import os
+import stat
+import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnum.errors import AttnumInputError, bad_value
+from attnum.audit import scan_rules as sr
+from attnum.errors import AttnumEnvironmentError, AttnumInputError, bad_value
 
 SEVERITIES = ("low", "medium", "high")
 PY_SUFFIXES = (".py", ".pyi")
 C_SUFFIXES = (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hip", ".metal")
-SKIP_DIRS = {".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", "node_modules", ".venv", "venv"}
-SENTINEL_MIN = 1e3  # below this a literal is not plausibly standing in for infinity
-WINDOW = 8  # lines: how far back a softcap looks for a mask, how far an LSE looks for mixed bases
-
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlL]?"
-_FLT_MAX = r"(?:FLT_MAX|DBL_MAX|HUGE_VALF?|CUDART_INF_F_FINITE|std::numeric_limits<\w+>::max\(\)|finfo\([^)]*\)\.max)"
-_INF_NAME = r"[A-Za-z_]*(?:inf|infinity|INF|Inf|INFINITY|mask_value|MASK_VALUE|mask_fill|MASK_FILL|neg_large|" \
-            r"NEG_LARGE|large_neg|LARGE_NEG|big_neg|BIG_NEG|min_value|MIN_VALUE|masked_value|MASKED_VALUE)[A-Za-z_0-9]*"
-_MAX_NAME = r"\b(?:m_i|m_ij|m_prev|m_new|m_old|mi|row_max|rowmax|max_score|running_max|max_logit|m_val|mmax|m)\b"
-_FILL_CALL = r"\b(?:masked_fill_?|where|full|full_like|fill_|fill|new_full|select|tl\.where|tl\.full|jnp\.where)\s*\("
-_DEF = (re.compile(rf"(?:^|[;{{(,]|\bconstexpr\b|\bconst\b|\bfloat\b|\bdouble\b|\bauto\b)\s*([A-Za-z_]\w*)\s*=\s*"
-                   rf"\(?\s*([-+]?\s*{_NUM})\s*\)?\s*(?:[;,}})]|$)"),
-        re.compile(rf"#define\s+([A-Za-z_]\w*)\s+\(?\s*([-+]?\s*{_NUM})\s*\)?\s*$"))
+SOURCE_SUFFIXES = PY_SUFFIXES + C_SUFFIXES
+CACHE_DIRS = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})  # never hold sources
+SKIP_DIRS = CACHE_DIRS | {".git", ".hg", ".svn", "node_modules", ".venv", "venv", ".tox", ".nox"}
+SENTINEL_MIN = sr.SENTINEL_MIN
+WINDOW = sr.WINDOW
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,194 +60,275 @@ class Finding:
 class Rule:
     name: str
     severity: str
-    pattern: str  # {BIG}: a large unsigned literal; {NEG}: a negative finite infinity (literal or name)
     why: str
 
 
+_FINFO_WHY = ("finite and dtype-dependent: a fully masked row becomes a uniform average of V (torch >= 2.5 "
+              "and flash-attn give 0), m - fill overflows to inf, and finfo of a narrower dtype than the "
+              "softmax's (finfo(float16).min in an fp32 softmax) is a 6.5e4 sentinel, the FlashInfer bug "
+              "(flashinfer#4267); prefer -inf with a guard for empty rows")
 RULES = (
     Rule(name="finite-inf-constant", severity="high",
-         pattern=rf"\b{_INF_NAME}\b\s*=\s*\(?\s*(?:[-+]?\s*{_NUM}\s*\*\s*)?[-+]?\s*(?:{{BIG}})|#define\s+{_INF_NAME}\s+\(?\s*[-+]?(?:{{BIG}})",
          why="a constant named like infinity/mask value holds a finite number: logits beyond it are "
              "treated as masked or empty (flashinfer#4267: math::inf = 5e4 zeroed real rows)"),
     Rule(name="finite-mask-fill", severity="high",
-         pattern=rf"{_FILL_CALL}[^;]*?,\s*\(?(?:{{NEG}})|\?\s*[^:;]+:\s*(?:{{NEG}})|\?\s*(?:{{NEG}})\s*:|"
-                 rf"\+=\s*tl\.where\([^;]*(?:{{NEG}})",
          why="masked logits filled with a finite value: valid logits near or below it leak weight to "
              "masked keys or let them dominate (lattice#361, flashinfer#4401); use -inf and guard empty rows"),
     Rule(name="finite-running-max-init", severity="high",
-         pattern=rf"{_MAX_NAME}\s*(?:\[[^\]]*\])?\s*=(?!=)[^;]*?(?:{{NEG}})",
          why="the online-softmax running max starts at a finite value: a row whose logits all lie below "
              "it never raises the max and comes out as zeros (flashinfer#4267 / #4450)"),
     Rule(name="finfo-min-additive", severity="medium",
-         pattern=r"finfo\([^)]*\)\.min[^;\n]*\+|\+[^;\n]*finfo\([^)]*\)\.min",
          why="an additive finfo.min mask: finfo.min + finfo.min (or + a score below -16 in fp16) "
              "overflows to -inf and rows become NaN (transformers#17306, #27114)"),
     Rule(name="flt-max-fill", severity="medium",
-         pattern=rf"{_FILL_CALL}[^;]*-\s*{_FLT_MAX}|{_MAX_NAME}\s*=\s*-\s*{_FLT_MAX}",
          why="-FLT_MAX as mask fill or initial max is finite: fully masked rows give a uniform average "
              "instead of 0, and it overflows to -inf in fp16/bf16 arithmetic"),
+    Rule(name="finfo-inf-constant", severity="low",
+         why="a constant named like infinity/mask value is derived from finfo (-0.7 * finfo.max, as in "
+             "JAX Pallas' DEFAULT_MASK_VALUE): " + _FINFO_WHY),
+    Rule(name="finfo-mask-fill", severity="low",
+         why="masked logits filled with a finfo-derived value (finfo(dtype).min, -finfo(dtype).max): " + _FINFO_WHY),
+    Rule(name="finfo-running-max-init", severity="low",
+         why="the running max starts at a finfo-derived value rather than -inf: " + _FINFO_WHY),
+    Rule(name="softcap-after-mask", severity="medium",
+         why="softcap (tanh) applied after masking maps -inf to -softcap, a finite logit: masked keys "
+             "leak (flash-attention#1025, sgl-kernel-xpu#491); cap first, then mask"),
+    Rule(name="lse-base-mix", severity="low",
+         why="exp2/log2 and exp/log near an LSE: a base-2 LSE merged as natural log silently "
+             "misweights partial results (sglang#40903, vllm#52796)"),
 )
-_SOFTCAP = re.compile(r"\btanh\s*\(.*(?:softcap|soft_cap|logit_cap|logits_soft_cap|cap)|"
-                      r"(?:softcap|soft_cap|logit_cap|logits_soft_cap)\w*\s*\*\s*[\w.]*tanh")
-_MASKING = re.compile(r"masked_fill|-inf|float\(['\"]-inf|-math\.inf|-INFINITY|-torch\.inf|where\([^)]*mask")
-_LSE = re.compile(r"\b(?:lse|LSE|logsumexp|log_sum_exp|softmax_lse)\w*")
-_BASE2 = re.compile(r"\b(?:exp2|log2|exp2f|log2f|ex2|lg2)\b|math\.log2|\bLOG2E\b|log2e|M_LOG2E")
-_BASE_E = re.compile(r"(?<![\w.])(?:torch\.|tl\.|math\.|np\.|__)?(?:exp|log|expf|logf)\s*\(")
-
-
-def _strip_comment(line: str, python: bool) -> str:
-    """Drop a trailing comment and blank string-literal contents (prose, not code)."""
-    marker = "#" if python else "//"
-    out, quote, i = [], None, 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-                out.append(ch)
-        elif ch in "'\"":
-            quote = ch
-            out.append(ch)
-        elif line.startswith(marker, i):
-            break
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _code_lines(text: str, python: bool) -> list[str]:
-    """Lines with comments blanked (line numbers kept); C block comments too."""
-    out, in_block = [], False
-    for raw in text.splitlines():
-        line = raw
-        if python:  # blank triple-quoted strings (docstrings): prose, not code
-            pieces = re.split(r'"{3}|\'{3}', line)
-            kept = [p for i, p in enumerate(pieces) if (i % 2 == 0) != in_block]
-            in_block = in_block != (len(pieces) % 2 == 0)
-            line = " ".join(kept)
-        else:
-            if in_block:
-                end = line.find("*/")
-                line, in_block = (("", True) if end < 0 else (line[end + 2:], False))
-            while "/*" in line:
-                start = line.index("/*")
-                end = line.find("*/", start + 2)
-                if end < 0:
-                    line, in_block = line[:start], True
-                    break
-                line = line[:start] + line[end + 2:]
-        out.append(_strip_comment(line, python))
-    return out
-
-
-def _sentinel_names(lines: list[str]) -> dict[str, float]:
-    """File-local names assigned a finite-infinity literal (``MASK_VALUE = -5e4``, ``inf = 5e4``)."""
-    names = {}
-    for line in lines:
-        for rx in _DEF:
-            for m in rx.finditer(line):
-                try:
-                    value = float(m.group(2).replace(" ", "").rstrip("fFlL"))
-                except ValueError:
-                    continue
-                if abs(value) >= SENTINEL_MIN:
-                    names[m.group(1)] = value
-    return names
-
-
-_BIG = r"(?:\d{4,}\.?\d*|\d+\.?\d*[eE]\+?(?:[3-9]|\d{2,})|\.\d+[eE]\+?(?:[4-9]|\d{2,}))[fFlL]?\b"
-
-
-def _negative_sentinel(names: dict[str, float]) -> str:
-    """Regex for a negative finite infinity: ``-5e4``, ``-FLT_MAX``, or a file-local name holding one
-    (``MASK_VALUE`` when ``MASK_VALUE = -5e4``; ``-inf`` when ``inf = 5e4``, as in flashinfer)."""
-    alts = [rf"-\s*{_BIG}", rf"-\s*{_FLT_MAX}"]
-    alts += [rf"(?<![\w.]){re.escape(n)}\b" for n, v in names.items() if v < 0]
-    alts += [rf"-\s*(?:[\w]+::)?{re.escape(n)}\b" for n, v in names.items() if v > 0]
-    return "|".join(f"(?:{a})" for a in alts)
+_RULE = {r.name: r for r in RULES}
+_ORDER = {r.name: i for i, r in enumerate(RULES)}
+_BIGISH = sr.re.compile(r"\d\d\d\d|\d\.?[eE]\+?\d|\d_\d")  # bounded alternatives: a literal >= 1e3 is possible
+_SENTINEL_HINTS = ("-", "finfo", "numeric_limits")
+_MASK_HINTS = ("mask", "inf", "INFINITY")
+_LSE_HINTS = ("lse", "LSE", "logsumexp", "log_sum_exp")
+_BASE2_HINTS = ("exp2", "log2", "ex2", "lg2", "LOG2E")
 
 
 def scan_text(text: str, path: str, *, python: bool) -> list[Finding]:
-    """Findings in one file's text."""
-    lines = _code_lines(text, python)
-    names = _sentinel_names(lines)
-    neg = _negative_sentinel(names)
-    compiled = [(r, re.compile(r.pattern.replace("{BIG}", _BIG).replace("{NEG}", neg))) for r in RULES]
-    findings: list[Finding] = []
-
-    def add(i: int, rule: str, severity: str, why: str) -> None:
-        findings.append(Finding(path=path, line=i + 1, rule=rule, severity=severity,
-                                snippet=text.splitlines()[i].strip()[:200], why=why))
-
+    """Findings in one file's text, in line order (rules of one line in catalogue order)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    raw = text.split("\n")  # the one line index of this file: snippets and line numbers both come from it
+    lines = sr.code_lines(text, python)
+    names = sr.sentinel_names(lines, python)
+    neg_names = {k for k, (_, sign) in names.items() if sign < 0}
+    hits: list[set[str]] = [set() for _ in lines]
+    masking, lse, b2, be = (bytearray(len(lines)) for _ in range(4))
     for i, line in enumerate(lines):
-        if not line.strip():
+        if not line or line.isspace():
             continue
-        for rule, rx in compiled:
-            if rx.search(line):
-                add(i, rule.name, rule.severity, rule.why)
-        if _SOFTCAP.search(line) and any(_MASKING.search(prev) for prev in lines[max(0, i - WINDOW):i]):
-            add(i, "softcap-after-mask", "medium",
-                "softcap (tanh) applied after masking maps -inf to -softcap, a finite logit: masked keys "
-                "leak (flash-attention#1025, sgl-kernel-xpu#491); cap first, then mask")
-        if _LSE.search(line):
-            window = lines[max(0, i - WINDOW):i + WINDOW + 1]
-            if any(_BASE2.search(w) for w in window) and any(_BASE_E.search(w) for w in window):
-                add(i, "lse-base-mix", "low",
-                    "exp2/log2 and exp/log near an LSE: a base-2 LSE merged as natural log silently "
-                    "misweights partial results (sglang#40903, vllm#52796)")
-    return _dedupe(findings)
+        t = sr.tokens(line)
+        if any(h in line for h in _SENTINEL_HINTS) or (neg_names and not neg_names.isdisjoint(t)):
+            atoms = sr.finfo_atoms(t)
+            fin = sr.finfo_exprs(t, atoms)
+            sent = sr.sentinels(t, names, fin)
+            if sent or fin or _BIGISH.search(line):
+                hits[i] |= sr.sentinel_hits(t, sent, fin, {k for k, _, kind in atoms if kind == "min"}, python)
+        elif _BIGISH.search(line):
+            hits[i] |= sr.sentinel_hits(t, {}, {}, set(), python)
+        masking[i] = any(h in line for h in _MASK_HINTS) and sr.masking(t)
+        if "tanh" in line and sr.softcap(t):
+            hits[i].add("softcap-after-mask")  # kept only if a mask precedes (below)
+        lse[i] = any(h in line for h in _LSE_HINTS) and sr.lse(t)
+        b2[i] = any(h in line for h in _BASE2_HINTS) and sr.base2(t)
+        be[i] = ("exp" in line or "log" in line) and sr.base_e(t)
+    mask_before, b2_sum, be_sum = _prefix(masking), _prefix(b2), _prefix(be)
+    findings: list[Finding] = []
+    n = len(lines)
+    for i in range(n):
+        rules = hits[i]
+        if "softcap-after-mask" in rules and mask_before[i] - mask_before[max(0, i - WINDOW)] == 0:
+            rules.discard("softcap-after-mask")
+        if lse[i]:
+            lo, hi = max(0, i - WINDOW), min(n, i + WINDOW + 1)
+            if b2_sum[hi] - b2_sum[lo] and be_sum[hi] - be_sum[lo]:
+                rules.add("lse-base-mix")
+        for name in sorted(rules, key=_ORDER.__getitem__):
+            rule = _RULE[name]
+            findings.append(Finding(path=path, line=i + 1, rule=name, severity=rule.severity,
+                                    snippet=raw[i].strip()[:200], why=rule.why))
+    return findings
 
 
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    """One finding per line and rule; several rules on one line all stay."""
-    seen, out = set(), []
-    for f in findings:
-        if (f.line, f.rule) not in seen:
-            seen.add((f.line, f.rule))
-            out.append(f)
+def _prefix(flags: bytearray) -> list[int]:
+    """Prefix sums: out[i] = number of set flags before index i."""
+    out, acc = [0], 0
+    for f in flags:
+        acc += f
+        out.append(acc)
     return out
 
 
-def iter_sources(paths: Iterable[str | Path]) -> Iterator[Path]:
-    """Source files under the given files/folders, sorted, skipping caches and VCS folders."""
-    for p in map(Path, paths):
-        if not p.exists():
-            raise AttnumInputError(f"path={str(p)!r} does not exist")
-        if p.is_file():
-            yield p
+@dataclass(frozen=True, kw_only=True)
+class ScanReport:
+    """What a scan read and found."""
+
+    findings: tuple[Finding, ...]
+    files_scanned: int
+    skipped: tuple[str, ...] = field(default=())  # "PATH (why)" for folders/links below a root not read
+
+
+def _kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return word
+    return "not a regular file or folder"
+
+
+def _unreadable(path: str | Path, what: str, err: OSError) -> AttnumEnvironmentError:
+    """One line naming the path, the reason and what to do."""
+    if err.errno == errno.ELOOP:
+        why, todo = "a symbolic-link loop", "fix or remove the link"
+    elif err.errno in (errno.EACCES, errno.EPERM):
+        why, todo = "permission denied", "make it readable or leave it out of the scan"
+    elif err.errno == errno.ENOENT:
+        why, todo = "a broken symbolic link", "fix or remove the link"
+    else:
+        why, todo = err.strerror or type(err).__name__, "check the path and the disk"
+    return AttnumEnvironmentError(f"cannot {what} {str(path)!r}: {why}; {todo}")
+
+
+def iter_sources(paths: Iterable[str | Path], skipped: list[str] | None = None) -> Iterator[Path]:
+    """Source files under the given files/folders, depth first in name order.
+
+    Folders named in SKIP_DIRS are skipped only below a root (recorded in ``skipped``); a root is read
+    whatever it or its parents are called. Symbolic links are followed; a folder reached twice (a link
+    back up the tree) is read once. Raises on anything that cannot be read."""
+    skipped = [] if skipped is None else skipped
+    for root in paths:
+        name = str(root)
+        if not name:
+            raise bad_value("path", name, "a file or folder")
+        try:
+            st = os.stat(root)
+        except FileNotFoundError:
+            if os.path.islink(root):
+                raise _unreadable(root, "read", FileNotFoundError(errno.ENOENT, "")) from None
+            raise AttnumInputError(f"path={name!r} does not exist") from None
+        except OSError as err:
+            raise _unreadable(root, "read", err) from None
+        if stat.S_ISREG(st.st_mode):
+            if not name.endswith(SOURCE_SUFFIXES):
+                raise AttnumInputError(f"path={name!r} is not a source file; attnum scan reads "
+                                       f"{' '.join(SOURCE_SUFFIXES)}")
+            yield Path(root)
+        elif stat.S_ISDIR(st.st_mode):
+            yield from _walk(Path(root), skipped)
+        else:
+            raise AttnumInputError(f"path={name!r} is {_kind(st.st_mode)}; attnum scan reads source files and folders")
+
+
+def _walk(root: Path, skipped: list[str]) -> Iterator[Path]:
+    seen: set[tuple[int, int]] = set()
+    stack: list[tuple[Path, bool]] = [(root, True)]
+    while stack:
+        path, is_dir = stack.pop()
+        if not is_dir:
+            yield path
             continue
-        for f in sorted(p.rglob("*")):
-            if f.is_file() and f.suffix in PY_SUFFIXES + C_SUFFIXES and not SKIP_DIRS & set(f.parts):
-                yield f
+        try:
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) in seen:
+                skipped.append(f"{path} (a link to a folder already scanned)")
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            raise _unreadable(path, "list folder", err) from None
+        children = []
+        for entry in entries:
+            child, source = Path(entry.path), entry.name.endswith(SOURCE_SUFFIXES)
+            try:
+                mode = os.stat(entry.path).st_mode
+            except FileNotFoundError as err:  # a dangling link (or a file gone since the listing)
+                if source:
+                    raise _unreadable(child, "read", err) from None
+                skipped.append(f"{child} (a broken symbolic link)")
+                continue
+            except OSError as err:
+                raise _unreadable(child, "read", err) from None
+            if stat.S_ISDIR(mode):
+                if entry.name in SKIP_DIRS:
+                    if entry.name not in CACHE_DIRS:  # a cache holds no source: not worth a line
+                        skipped.append(f"{child} (a {entry.name} folder)")
+                else:
+                    children.append((child, True))
+            elif source:
+                if not stat.S_ISREG(mode):
+                    raise AttnumInputError(f"path={str(child)!r} is {_kind(mode)}, not a source file; "
+                                           "remove it or scan around it")
+                children.append((child, False))
+        stack.extend(reversed(children))
+
+
+def read_source(path: str | Path) -> str:
+    """The file's text (undecodable bytes become U+FFFD), refusing anything but a regular file.
+
+    Opened non-blocking, then checked with fstat, so a FIFO that appears under a source name is refused,
+    never waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise _unreadable(path, "read", err) from None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            mode = os.fstat(fh.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise AttnumInputError(f"path={str(path)!r} is {_kind(mode)}, not a source file")
+            data = fh.read()
+        except OSError as err:
+            raise _unreadable(path, "read", err) from None
+    return data.decode("utf-8", errors="replace")
 
 
 def package_paths(name: str) -> list[Path]:
     """Folders (or the file) of an installed package."""
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        raise bad_value("package", name, "an installed package name such as transformers or flash_attn")
     try:
         spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        spec = None
+    except Exception as err:  # noqa: BLE001 - finding a submodule imports its parents, which may raise anything
+        raise AttnumInputError(f"package={name!r} could not be located: {type(err).__name__}: "
+                               f"{(str(err).splitlines() or [''])[0]}") from None
     if spec is None:
-        raise bad_value("package", name, "an importable installed package")
+        raise AttnumInputError(f"package={name!r} is not installed for {sys.executable}; install it, or pass "
+                               "its folder as PATH")
     if spec.submodule_search_locations:
         return [Path(p) for p in spec.submodule_search_locations]
-    return [Path(spec.origin)] if spec.origin else []
+    if spec.origin and os.path.isabs(spec.origin):
+        return [Path(spec.origin)]
+    raise AttnumInputError(f"package={name!r} is {spec.origin or 'not backed by files'}; it has no source files to scan")
+
+
+def scan(paths: Iterable[str | Path], *, min_severity: str = "low") -> ScanReport:
+    """Every source file under ``paths`` scanned; findings at or above ``min_severity``.
+
+    Raises AttnumInputError (or AttnumEnvironmentError) on a path that cannot be read and when no
+    source file was found: a scan that read nothing must not read as clean."""
+    if min_severity not in SEVERITIES:
+        raise bad_value("min_severity", min_severity, f"one of {SEVERITIES}")
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise AttnumInputError("scan needs at least one PATH or --package NAME")
+    floor = SEVERITIES.index(min_severity)
+    findings, n, skipped = [], 0, []
+    for f in iter_sources(paths, skipped):
+        n += 1
+        text = read_source(f)
+        findings += [x for x in scan_text(text, str(f), python=f.suffix in PY_SUFFIXES)
+                     if SEVERITIES.index(x.severity) >= floor]
+    if n == 0:
+        raise AttnumInputError(f"no source files under {', '.join(paths)} ({' '.join(SOURCE_SUFFIXES)}"
+                               + (f"; skipped {len(skipped)} folder(s) such as {skipped[0]}" if skipped else "")
+                               + ")")
+    return ScanReport(findings=tuple(findings), files_scanned=n, skipped=tuple(skipped))
 
 
 def scan_paths(paths: Iterable[str | Path], *, min_severity: str = "low") -> tuple[list[Finding], int]:
-    """(findings at or above ``min_severity``, number of files scanned)."""
-    if min_severity not in SEVERITIES:
-        raise bad_value("min_severity", min_severity, f"one of {SEVERITIES}")
-    floor = SEVERITIES.index(min_severity)
-    findings, n = [], 0
-    for f in iter_sources(paths):
-        python = f.suffix in PY_SUFFIXES
-        if not python and f.suffix not in C_SUFFIXES:
-            continue
-        n += 1
-        text = f.read_text(encoding="utf-8", errors="replace")
-        findings += [x for x in scan_text(text, str(f), python=python) if SEVERITIES.index(x.severity) >= floor]
-    return findings, n
+    """(findings at or above ``min_severity``, number of files scanned); see :func:`scan`."""
+    report = scan(paths, min_severity=min_severity)
+    return list(report.findings), report.files_scanned

@@ -1,14 +1,23 @@
 """``attnum scan PATH... | --package NAME``: hard-coded mask sentinels and related smells in sources.
 
-Exit status: 0 no finding at or above --min-severity, 1 some, 2 usage error.
+Exit status: 0 no finding at or above --min-severity, 1 some, 2 usage error or a path that cannot be
+read (missing, not a file or folder, unreadable, a link loop) or no source file found.
 """
 
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import asdict
 
 import typer
+
+_SHOWN_SKIPS = 5
+
+
+def _emit(text: str) -> None:
+    """Print, replacing what the terminal's encoding cannot show (a snippet may hold any character)."""
+    enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(text.encode(enc, errors="backslashreplace").decode(enc, errors="replace"))
 
 
 def register(app: typer.Typer) -> None:
@@ -20,21 +29,30 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
     ) -> int:
         """Scan Python/Triton/CUDA/C++ sources for finite "infinity" sentinels and mask smells."""
-        from attnum.audit.scan import package_paths, scan_paths
-        from attnum.errors import AttnumInputError
+        from attnum.audit.scan import SEVERITIES, package_paths
+        from attnum.audit.scan import scan as run_scan
+        from attnum.errors import AttnumInputError, bad_value
+        from attnum.jsonout import dumps
 
+        if min_severity not in SEVERITIES:
+            raise bad_value("--min-severity", min_severity, f"one of {', '.join(SEVERITIES)}")
         targets = list(paths or [])
-        if package:
+        if package is not None:
             targets += [str(p) for p in package_paths(package)]
         if not targets:
             raise AttnumInputError("scan needs at least one PATH or --package NAME")
-        findings, n_files = scan_paths(targets, min_severity=min_severity)
+        report = run_scan(targets, min_severity=min_severity)
         if as_json:
-            print(json.dumps({"files_scanned": n_files, "min_severity": min_severity,
-                              "findings": [asdict(f) for f in findings]}, indent=2))
+            print(dumps({"files_scanned": report.files_scanned, "min_severity": min_severity,
+                         "skipped": list(report.skipped), "findings": [asdict(f) for f in report.findings]},
+                        indent=2))
         else:
-            for f in findings:
-                print(f"{f.path}:{f.line}: {f.severity}: {f.rule}: {f.why}")
-                print(f"    {f.snippet}")
-            print(f"{len(findings)} finding(s) at or above {min_severity} in {n_files} file(s)")
-        raise typer.Exit(1 if findings else 0)
+            for f in report.findings:
+                _emit(f"{f.path}:{f.line}: {f.severity}: {f.rule}: {f.why}")
+                _emit(f"    {f.snippet}")
+            if report.skipped:
+                more = len(report.skipped) - _SHOWN_SKIPS
+                _emit(f"not read: {'; '.join(report.skipped[:_SHOWN_SKIPS])}"
+                      + (f"; and {more} more (see --json)" if more > 0 else ""))
+            _emit(f"{len(report.findings)} finding(s) at or above {min_severity} in {report.files_scanned} file(s)")
+        raise typer.Exit(1 if report.findings else 0)
