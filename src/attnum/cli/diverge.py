@@ -40,12 +40,15 @@ def register(app: typer.Typer) -> None:
         """Train flash vs baseline, a different init seed, and low precision per seed; compare the weights.
 
         Re-running with the same flags and --out reuses every finished run (resume after an interruption)."""
+        from attnum.outdir import check_out_folder, make_out_folder
+
+        check_out_folder(out)  # an existing file as --out: one line, before any training
         if checkpoints:
             from attnum.training.folder_compare import compare_folders
             from attnum.training.report import write_checkpoint_report
 
             result = compare_folders(*checkpoints)
-            out.mkdir(parents=True, exist_ok=True)
+            make_out_folder(out)
             (out / "checkpoints.json").write_text(dumps(result, indent=1))
             write_checkpoint_report(result, out)
             print(dumps(result, indent=1) if as_json else _folders_text(result))
@@ -76,9 +79,13 @@ def register(app: typer.Typer) -> None:
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
     try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
+        values = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
         raise AttnumInputError(f"{name}={text!r} is not allowed; expected comma-separated integers") from None
+    from attnum.cli.conventions import check_number
+
+    check_number(f"--{name}", "seed", values)  # each is an init seed
+    return values
 
 
 def _folders_text(result: dict) -> str:

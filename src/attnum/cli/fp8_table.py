@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from attnum.errors import bad_value
 from attnum.jsonout import dumps
 
 
@@ -34,6 +35,8 @@ def register(app: typer.Typer) -> None:
         """RMSE vs float64 golden of baseline/FA2/FA3 in FP16 and FP8, beside the paper's numbers."""
         from attnum.experiments.fp8_table import PAPER_RATIO, FP8TableConfig, run_fp8_table, table_meta
 
+        if mla_kv_len < 1:  # checked with or without --mla: a flag that is given is a flag that is read
+            raise bad_value("--mla-kv-len", mla_kv_len, "a positive integer (cached tokens)")
         if mla:
             from attnum.experiments.mla_table import MLATableConfig
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import typer
 
+from attnum.cli.conventions import check_number
 from attnum.errors import bad_value
 from attnum.jsonout import dumps
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
     try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
+        values = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
         raise bad_value(name, text, "comma-separated integers") from None
+    check_number(f"--{name.replace('_', '-')}", name, values)
+    return values
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,7 @@ import time
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.errors import bad_value
-from attnum.experiments.compare import CompareConfig, compare_inputs
+from attnum.experiments.compare import CompareConfig, compare_inputs, require_finite_golden
 from attnum.formats import PRESETS, FloatFormat
 from attnum.metrics import deviation
 from attnum.policy import Policy
@@ -105,12 +105,16 @@ def run_attribute(cfg: CompareConfig | AttributeConfig) -> dict:
     "timing_s"}; each run is {"flash": deviation, "baseline": deviation} against the float64 golden."""
     acfg = cfg if isinstance(cfg, AttributeConfig) else AttributeConfig(compare=cfg)
     c = acfg.compare
+    from attnum.memory_budget import require_compare
+
+    require_compare(c, what="attribute")
     t0 = time.perf_counter()
     policy, (q, k, v) = compare_inputs(c)
     base_policy = c.policies()[1]
     tiles = c.tiles()
     common = dict(is_causal=c.causal, causal_alignment=c.causal_alignment)
     golden = golden_attention(q, k, v, **common)
+    require_finite_golden(golden, c)
 
     def run(flash_pol: Policy, base_pol: Policy) -> dict:
         flash = flash_attention(q, k, v, policy=flash_pol, block_q=tiles.Br, block_k=tiles.Bc, variant=c.variant,

@@ -180,9 +180,34 @@ def compare_inputs(cfg: CompareConfig):
     return policy, tuple(round_to(x, policy.inputs) for x in (q, k, v))
 
 
+def require_finite_golden(golden: torch.Tensor, cfg: CompareConfig, what: str = "golden value") -> None:
+    """A NaN or inf in the float64 golden value is not a measurement: refuse, naming the input to blame.
+
+    The samples are N(0, 1)-like, so only ``logit_scale`` (which multiplies Q) can push the float64
+    scores past 1.8e308; the message says so (and the rest of the configuration when it is not that).
+    """
+    if bool(torch.isfinite(golden).all()):
+        return
+    bad = int((~torch.isfinite(golden)).sum())
+    raise AttnumInputError(
+        f"logit_scale={cfg.logit_scale!r} makes the float64 {what} non-finite ({bad} of {golden.numel()} values "
+        f"NaN or inf: q * logit_scale or q . k overflows float64 with dist={cfg.dist!r}, d={cfg.head_dim}); "
+        "expected a logit_scale that keeps |q . k| * logit_scale below 1.8e308 (e.g. <= 1e300)")
+
+
 def run_compare(cfg: CompareConfig) -> dict:
     """Run one point -> {"config", "policy", "baseline_policy", "tiles", "metrics": {pair: {...}},
-    "ratio", "timing_s"}."""
+    "ratio", "timing_s"}. Refuses (one line) a point larger than this machine's memory, before
+    allocating, and a point whose golden value is not finite."""
+    from attnum.memory_budget import require_compare
+
+    require_compare(cfg)
+    return _run_compare(cfg)
+
+
+def _run_compare(cfg: CompareConfig) -> dict:
+
+
     policy, (q, k, v) = compare_inputs(cfg)
     base_policy = cfg.policies()[1]
     tiles = cfg.tiles()
@@ -191,6 +216,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     t0 = time.perf_counter()
     golden = golden_attention(q, k, v, **common)
     timing["golden"] = time.perf_counter() - t0
+    require_finite_golden(golden, cfg)
     t0 = time.perf_counter()
     base = baseline_attention(q, k, v, policy=base_policy, **common)
     timing["baseline"] = time.perf_counter() - t0

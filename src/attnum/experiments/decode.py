@@ -161,6 +161,9 @@ def _quantization(cfg: DecodeConfig):
 
 def run_decode(cfg: DecodeConfig) -> dict[str, Any]:
     """Run one decode point -> {"config", "policy", "metrics", "kv", "tiles", "cost", "timing_s"}."""
+    from attnum.memory_budget import require_decode
+
+    require_decode(cfg)
     t0 = time.perf_counter()
     policy = parse_policy(cfg.policy, cfg.format)
     out = _run_mla(cfg, policy) if cfg.mla_rank is not None else _run_attention(cfg, policy)

@@ -24,7 +24,7 @@ import torch
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention, masks
 from attnum.attention.eager import eager_attention
-from attnum.experiments.compare import CompareConfig, compare_inputs
+from attnum.experiments.compare import CompareConfig, compare_inputs, require_finite_golden
 from attnum.formats import torch_dtype
 from attnum.metrics import deviation, error_ratio
 from attnum.rounding import round_to
@@ -46,6 +46,9 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
     "timing_s"}; impl in flash, baseline and (native formats) torch_eager, torch_flash."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from attnum.memory_budget import require_compare
+
+    require_compare(cfg, grad=True)
     policy, (q, k, v) = compare_inputs(cfg)
     tiles = cfg.tiles()
     g = torch.Generator(device=q.device).manual_seed(cfg.seed + 1_000_003)
@@ -83,6 +86,8 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
     for name, (fn, dtype) in impls.items():
         grads[name], timing[name] = _grads(fn, q, k, v, do, dtype)
     gold = grads.pop("golden")
+    for gr in GRADS:
+        require_finite_golden(gold[gr], cfg, what=f"golden {gr}")
     metrics = {
         f"{name}_vs_golden": {gr: deviation(grads[name][gr], gold[gr], fmt=policy.out) for gr in GRADS}
         for name in grads

@@ -60,6 +60,15 @@ class RingConfig:
         object.__setattr__(self, "layout", _tuple(self.layout, str, "layout"))
         mp = (self.merge_policy,) if isinstance(self.merge_policy, str) else tuple(self.merge_policy)
         object.__setattr__(self, "merge_policy", mp)
+        for name in ("seq_len", "heads", "head_dim", "batch"):  # before the layouts, which divide by them
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise bad_value(name, getattr(self, name), "a positive integer")
+        for name in ("kv_heads", "block_k"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise bad_value(name, v, "a positive integer (default: unset)")
+        if not isinstance(self.timeout, (int, float)) or not 0 < self.timeout < float("inf"):
+            raise bad_value("timeout", self.timeout, "a positive finite number of seconds")
         for lay in self.layout:
             if lay not in LAYOUTS:
                 raise bad_value("layout", lay, f"one of {LAYOUTS}")
@@ -70,9 +79,6 @@ class RingConfig:
             parse_policy(m)
         if self.merge_method not in METHODS:
             raise bad_value("merge_method", self.merge_method, f"one of {METHODS}")
-        for name in ("seq_len", "heads", "head_dim", "batch"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise bad_value(name, getattr(self, name), "a positive integer")
         g = self.kv_heads or self.heads
         if self.heads % g:
             raise bad_value("kv_heads", self.kv_heads, f"a divisor of heads={self.heads}")

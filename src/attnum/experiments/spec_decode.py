@@ -27,6 +27,8 @@ from attnum.sampling import (
     spec_tv,
 )
 
+MAX_K = 256  # draft tokens per step: real speculative decoders draft a handful; this bounds the Monte-Carlo path
+
 
 def _tuple(value, cast, param: str) -> tuple:
     items = value.split(",") if isinstance(value, str) else (value if isinstance(value, (tuple, list)) else [value])
@@ -62,9 +64,10 @@ class SpecConfig:
         if not isinstance(self.vocab, int) or self.vocab < 2:
             raise bad_value("vocab", self.vocab, "an integer >= 2")
         for k in self.k:
-            if k < 1:
-                raise bad_value("k", k, "integers >= 1 (draft tokens per step)")
-            if self.monte_carlo is None and self.vocab ** (k + 1) > MAX_OUTCOMES:
+            if not 1 <= k <= MAX_K:
+                raise bad_value("k", k, f"integers in [1, {MAX_K}] (draft tokens per step)")
+            # k + 1 > 27 already exceeds 2**27 at vocab >= 2; the test first keeps vocab**(k+1) small
+            if self.monte_carlo is None and (k + 1 > 27 or self.vocab ** (k + 1) > MAX_OUTCOMES):
                 raise bad_value("vocab", self.vocab, f"vocab**(k+1) <= 2**27 to enumerate (k={k}); pass "
                                 "--monte-carlo N for the Monte-Carlo path")
         if not (self.logit_std > 0 and self.draft_noise >= 0):

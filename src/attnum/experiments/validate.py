@@ -79,4 +79,7 @@ def validate_point(fmt: str, N: int, cfg: ValidateConfig) -> dict:
 
 
 def run_validate(cfg: ValidateConfig) -> list[dict]:
+    from attnum.memory_budget import require_validate
+
+    require_validate(cfg)
     return [validate_point(fmt, N, cfg) for fmt in cfg.formats for N in cfg.seq_lens]

@@ -71,4 +71,7 @@ def validate_eager_point(fmt: str, N: int, cfg: EagerValidateConfig) -> dict:
 
 
 def run_validate_eager(cfg: EagerValidateConfig) -> list[dict]:
+    from attnum.memory_budget import require_validate
+
+    require_validate(cfg, eager=True)
     return [validate_eager_point(fmt, N, cfg) for fmt in cfg.formats for N in cfg.seq_lens]
