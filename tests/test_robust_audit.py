@@ -259,3 +259,11 @@ def test_empty_row_conventions_mean_v_and_any(tmp_path):
     assert mean_v[label].status == "pass" and "mean-v" in mean_v[label].note
     assert dont_care[label].status == "pass"
     assert report.conventions["empty_rows"] == "mean-v" and report.conventions["source"]["empty_rows"] == "flag"
+
+
+def test_a_bad_declaration_is_a_one_line_usage_error(tmp_path, capsys):
+    path = tmp_path / "bad.py"
+    path.write_text(BOTTOM_RIGHT + "\nattention.attnum_causal_alignment = 'diagonal'\n")
+    assert main(["audit", f"{path}:attention", "--dtype", "fp32", PROBES]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "attnum_causal_alignment='diagonal'" in err and "bottom-right" in err

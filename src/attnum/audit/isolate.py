@@ -221,6 +221,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
                     in_call = False
                 elif kind == "case":
                     cases.append(msg[3])
+                    in_call = False
                 elif kind == "row":
                     add(msg[2])
                     start, in_flight = msg[1] + 1, None
@@ -254,7 +255,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
         i = start if in_flight is None else in_flight
         dtype, probe = todo[i]
         if not label:
-            where = "before the first call of the target"
+            where = "before any call of the target through ctx.call in this probe"
         else:
             where = "in the target's call" if in_call else "after the target returned (attnum judging the case)"
         cases.append(Case(label=label or "probe", verdict=runner.aborted(status, f"{what}, {where}")))

@@ -6,6 +6,11 @@ The callable must follow ``torch.nn.functional.scaled_dot_product_attention``'s 
 accepted; GQA inputs then count as unsupported rather than as a crash. A file target is imported
 with its own folder first on ``sys.path`` so it can import its sibling modules. Every problem is
 one :class:`attnum.errors.AttnumInputError` line (the CLI exits 2).
+
+A callable declares what SDPA's signature leaves open as attributes (attnum.kernels.conventions):
+``fn.attnum_causal_alignment = "bottom_right"``, ``fn.attnum_empty_rows = "nan"``; the wrapper
+below keeps them. ``attnum audit`` imports the file or module in a child process
+(attnum.audit.isolate), so whatever the import does cannot end the audit.
 """
 
 from __future__ import annotations
