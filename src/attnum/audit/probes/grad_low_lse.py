@@ -3,7 +3,8 @@
 Models pytorch/pytorch#196678 / huggingface/trl#7181 (cuDNN backward NaN dQ: padded keys scored 0
 instead of -inf, exp(0 - lse) overflows, inf * 0 = NaN; needs an explicit attn_mask and
 seq_len % 128 == 64) and NVIDIA/cudnn-frontend#1072 (Sq = 1, Sk = 128, LSE ~ -122: every dK/dV NaN).
-research/edge-cases.md §2.14. Every logit is about -120; golden is float64 autograd.
+research/edge-cases.md §2.14. Every logit is about -120; golden is float64 autograd. N = S = 128, 256
+(multiples of 128) too: the #196678 trigger is 64 mod 128, the even path is the other branch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from attnum.audit.harness import Case, Probe, ProbeContext
 
 LOGIT = -120.0
-SHAPES = ((1, 128), (64, 64), (192, 192))  # (N, S); 64 and 192 are 64 mod 128
+SHAPES = ((1, 128), (64, 64), (192, 192), (128, 128), (256, 256))  # (N, S); 64, 192 = 64 mod 128
 D = 64
 
 
@@ -35,7 +36,7 @@ def run(ctx: ProbeContext) -> list[Case]:
 
 PROBE = Probe(
     name="grad-low-lse",
-    summary="backward with every logit ~ -120 (LSE < -88.7), N/S = 1/128, 64, 192",
+    summary="backward with every logit ~ -120 (LSE < -88.7), N/S = 1/128, 64, 192, 128, 256",
     refs=("pytorch/pytorch#196678", "huggingface/trl#7181", "NVIDIA/cudnn-frontend#1072"),
     run=run,
     kind="backward",

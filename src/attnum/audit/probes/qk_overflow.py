@@ -4,7 +4,8 @@ Models PaddlePaddle/Paddle#41933 (cuBLAS applied the softmax scale after an fp16
 NaN), philipturner/metal-flash-attention#8, ultralytics/ultralytics#24990 and pytorch/pytorch#60939.
 research/edge-cases.md §2.11: d = 192, q = 5, k ~ 70 gives raw 67200 > 65504 but a scaled logit near
 4850; golden is finite, so inf/NaN fails. Keys differ by one fp16 step of k so the softmax is not
-flat. In bf16/fp32 the same inputs are harmless and must stay so.
+flat. In bf16/fp32 the same inputs are harmless and must stay so. The first configuration also runs at
+N = S = 64, 128, 256: exact tile multiples, where kernels take their unmasked "even" path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from attnum.audit.harness import Case, Probe, ProbeContext
 CONFIGS = ((192, 5.0, 70.0), (96, 8.0, 90.0))
 N, S = 4, 40
 K_STEP = 0.0625  # one fp16 ulp at 64..128
+TILE_LENGTHS = (64, 128, 256)  # N = S at exact tile multiples (no ragged tile anywhere)
 
 
 def run(ctx: ProbeContext) -> list[Case]:
@@ -31,12 +33,19 @@ def run(ctx: ProbeContext) -> list[Case]:
         cases.append(ctx.check(f"d={d} raw q.k={raw:.0f}", q, k, v))
         cases.append(ctx.check(f"d={d} raw q.k={raw:.0f} causal", q, k[..., :N, :], v[..., :N, :],
                                is_causal=True))
+    d, qv, kv = CONFIGS[0]
+    for n in TILE_LENGTHS:
+        q = qv * (1 + 1e-3 * ctx.randn(1, 1, n, d, salt=n + 1))
+        k = kv + K_STEP * (torch.arange(n, dtype=torch.float64) % 5).view(1, 1, n, 1).expand(1, 1, n, d)
+        q, k, v = ctx.cast(q, k, ctx.randn(1, 1, n, d, salt=n))
+        for causal in (False, True):
+            cases.append(ctx.check(f"d={d} N=S={n} causal={causal}", q, k, v, is_causal=causal))
     return cases
 
 
 PROBE = Probe(
     name="qk-overflow",
-    summary="raw q.k above 65504 before scaling, moderate scaled logits",
+    summary="raw q.k above 65504 before scaling, moderate scaled logits; also N = S = 64, 128, 256",
     refs=("PaddlePaddle/Paddle#41933", "philipturner/metal-flash-attention#8", "ultralytics/ultralytics#24990"),
     run=run,
 )
