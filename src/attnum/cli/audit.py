@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         causal_alignment: str | None = typer.Option(None, "--causal-alignment",
                                                     help="is_causal with N != S: top-left or bottom-right; "
                                                          "default: the target's declaration, else top-left"),
-        seed: int = typer.Option(0, "--seed", help="0 <= seed < 2**63"),
+        seed: int = typer.Option(0, "--seed", help="seed of the probes' random inputs"),
         timeout: float = typer.Option(300.0, "--timeout", help="seconds a target may stay silent in one case "
                                                                "before the probe is 'timed out'"),
         no_isolate: bool = typer.Option(False, "--no-isolate", help="run the target in this process (debugging: "
