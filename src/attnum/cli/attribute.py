@@ -9,6 +9,7 @@ import typer
 
 from attnum.cli.compare import config_command
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 if TYPE_CHECKING:
     from attnum.experiments.compare import CompareConfig
@@ -34,7 +35,8 @@ def register(app: typer.Typer) -> None:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            result = run_attribute(AttributeConfig(compare=cfg, metric=metric))
+            with Activity("attribute"):
+                result = run_attribute(AttributeConfig(compare=cfg, metric=metric))
         finally:
             torch.set_num_threads(threads)
         if plot is not None:

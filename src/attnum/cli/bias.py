@@ -6,6 +6,7 @@ from pathlib import Path
 
 from attnum.errors import AttnumInputError
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 
 def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int | None, seeds: tuple[int, ...],
@@ -20,8 +21,9 @@ def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int
         raise AttnumInputError("seeds='' is not allowed; expected at least one integer")
     cfg = BiasConfig(profile=profile, steps=steps, block_k=block_k, init_seed=seeds[0], data_seed=data_seed,
                      out=out)
-    summary = run_bias(cfg, log=(lambda *_: None) if as_json else (lambda line: print(line, flush=True)),
-                       progress=not as_json)
+    with Activity("diverge --profile bias"):
+        summary = run_bias(cfg, log=(lambda *_: None) if as_json else (lambda line: print(line, flush=True)),
+                           progress=not as_json)
     if as_json:
         print(dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
         return

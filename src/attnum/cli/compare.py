@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 if TYPE_CHECKING:  # the command imports the study when it runs, so --help never loads torch
     from attnum.experiments.compare import CompareConfig
@@ -94,13 +95,15 @@ def register(app: typer.Typer) -> None:
         if grad:
             from attnum.experiments.grad_compare import run_grad_compare
 
-            result = run_grad_compare(cfg)
+            with Activity("compare --grad", spinner=True):
+                result = run_grad_compare(cfg)
             if as_json:
                 print(dumps(result, indent=2))
             else:
                 print_grad_result(result)
             return
-        result = run_compare(cfg)
+        with Activity("compare"):
+            result = run_compare(cfg)
         if as_json:
             print(dumps(result, indent=2))
             return

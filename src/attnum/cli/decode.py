@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 COLUMNS = ("max_abs", "mean_abs", "rmse", "max_ulp", "cosine")
 
@@ -57,7 +58,8 @@ def register(app: typer.Typer) -> None:
             kv_cache_dtype=kv_cache_dtype, kv_scale=kv_scale, mla_rank=_opt_int(mla_rank, "mla_rank"),
             absorbed=absorbed,
         )
-        result = run_decode(cfg)
+        with Activity("decode"):
+            result = run_decode(cfg)
         if as_json:
             print(dumps(result, indent=2))
             return

@@ -8,6 +8,7 @@ import typer
 
 from attnum.errors import AttnumInputError
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 DEFAULT_OUT = Path("runs/diverge")
 
@@ -47,7 +48,8 @@ def register(app: typer.Typer) -> None:
             from attnum.training.folder_compare import compare_folders
             from attnum.training.report import write_checkpoint_report
 
-            result = compare_folders(*checkpoints)
+            with Activity("diverge --checkpoints"):
+                result = compare_folders(*checkpoints)
             make_out_folder(out)
             (out / "checkpoints.json").write_text(dumps(result, indent=1))
             write_checkpoint_report(result, out)
@@ -66,7 +68,8 @@ def register(app: typer.Typer) -> None:
             block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
             seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out,
         )
-        summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
+        with Activity("diverge"):
+            summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
             print(dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))

@@ -6,6 +6,7 @@ import typer
 
 from attnum.errors import bad_value
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 
 def _e(x) -> str:
@@ -44,7 +45,8 @@ def register(app: typer.Typer) -> None:
             return
         cfg = FP8TableConfig(seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, fmt=fmt, block=block,
                              seed=seed, fp16=fp16)
-        rows = run_fp8_table(cfg)
+        with Activity("fp8-table"):
+            rows = run_fp8_table(cfg)
         if as_json:
             print(dumps({**table_meta(cfg), "rows": rows}, indent=2))
             return
@@ -68,7 +70,8 @@ def register(app: typer.Typer) -> None:
 def _mla_table(cfg, as_json: bool) -> None:
     from attnum.experiments.mla_table import run_mla_table
 
-    rows = run_mla_table(cfg)
+    with Activity("fp8-table --mla"):
+        rows = run_mla_table(cfg)
     if as_json:
         print(dumps({"config": cfg.__dict__, "rows": rows}, indent=2))
         return

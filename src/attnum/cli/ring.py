@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 
 def register(app: typer.Typer) -> None:
@@ -45,8 +46,13 @@ def register(app: typer.Typer) -> None:
                          merge_method=merge_method, seq_len=seq_len, heads=heads, kv_heads=kv_heads,
                          head_dim=head_dim, batch=batch, causal=causal, block_k=block_k, seed=seed, backend=backend,
                          timeout=timeout)
+        if out is not None:
+            from attnum.outdir import check_out_folder
+
+            check_out_folder(out)  # before the ranks run, not after
         try:
-            result = run_ring(cfg)
+            with Activity("ring"):
+                result = run_ring(cfg)
         except RankFailed as err:
             print(f"attnum: ring: {err}", file=sys.stderr)
             raise typer.Exit(1) from None
@@ -54,7 +60,8 @@ def register(app: typer.Typer) -> None:
         if allreduce:
             from attnum.experiments.parallel import AllreduceConfig, run_allreduce_study
 
-            study = run_allreduce_study(AllreduceConfig())
+            with Activity("ring --allreduce"):
+                study = run_allreduce_study(AllreduceConfig())
         if out is not None:
             from attnum.report.parallel import write_ring_report
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +43,12 @@ def register(app: typer.Typer) -> None:
         cfg = SpecConfig(vocab=vocab, k=k, format=format, draft_format=draft_format, noise=noise, q_zero=q_zero,
                          zero_residual=zero_residual, uniform_bits=uniform_bits, logit_std=logit_std,
                          draft_noise=draft_noise, seed=seed, monte_carlo=monte_carlo)
-        result = run_spec(cfg)
+        if out is not None:
+            from attnum.outdir import check_out_folder
+
+            check_out_folder(out)
+        with Activity("spec"):
+            result = run_spec(cfg)
         if out is not None:
             from attnum.report.parallel import write_spec_report
 
@@ -71,7 +77,8 @@ def register(app: typer.Typer) -> None:
 
         cfg = SpecAuditConfig(target=target, cases=cases, samples=samples, detect_tv=detect_tv, alpha=alpha,
                               power=power, batch=batch, seed=seed)
-        result = run_spec_audit(cfg)
+        with Activity("spec-audit"):
+            result = run_spec_audit(cfg)
         if as_json:
             print(dumps(result, indent=2))
         else:

@@ -7,6 +7,7 @@ import typer
 from attnum.cli.conventions import check_number
 from attnum.errors import bad_value
 from attnum.jsonout import dumps
+from attnum.report.progress import Activity
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -41,7 +42,8 @@ def register(app: typer.Typer) -> None:
         cfg = ValidateConfig(formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
                              seq_lens=_ints(seq_lens, "seq_lens"), heads=heads, head_dim=head_dim,
                              causal=causal, seed=seed)
-        rows = run_validate(cfg)
+        with Activity("validate", spinner=True):
+            rows = run_validate(cfg)
         if as_json:
             print(dumps(rows, indent=2))
             return
@@ -66,7 +68,8 @@ def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, caus
     wanted = tuple(f.strip() for f in formats.split(",") if f.strip()) or FORMATS
     cfg = EagerValidateConfig(formats=wanted, seq_lens=_ints(seq_lens, "seq_lens"), heads=heads,
                               head_dim=head_dim, causal=causal, seed=seed)
-    rows = run_validate_eager(cfg)
+    with Activity("validate --eager", spinner=True):
+        rows = run_validate_eager(cfg)
     if as_json:
         print(dumps(rows, indent=2))
         return

@@ -1,14 +1,130 @@
-"""Sweep progress: a rich bar with ETA on a terminal, or one plain log line per point (``--quiet``)."""
+"""Progress of long commands, one mechanism for all of them.
+
+On a terminal: a rich bar with ETA (sweeps) or a spinner (``validate``, ``compare --grad``). When
+stderr is not a terminal (CI, nohup, a log file) nothing redraws; instead :class:`Activity` prints a
+plain line every few seconds (``ATTNUM_PROGRESS_INTERVAL``, default 5), and a sweep prints one line
+per point as well. Everything goes to stderr, so ``--json`` output on stdout stays one document.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
+INTERVAL_ENV = "ATTNUM_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL_S = 5.0
+
+
+def interval_s() -> float:
+    """Seconds between plain progress lines: ``ATTNUM_PROGRESS_INTERVAL`` or 5 (a bad value: 5)."""
+    try:
+        value = float(os.environ.get(INTERVAL_ENV, DEFAULT_INTERVAL_S))
+    except ValueError:
+        return DEFAULT_INTERVAL_S
+    return value if 0 < value < float("inf") else DEFAULT_INTERVAL_S
+
+
+def is_tty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or not a file
+        return False
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class Activity:
+    """A long step: a spinner on a terminal (``spinner=True``), plain heartbeat lines otherwise.
+
+    ``with Activity("validate", spinner=True) as act: ...``; ``act.update(done, total, label)``
+    refines what the next line says. Off a terminal the first line comes after one interval, so a
+    command that finishes sooner prints nothing extra.
+    """
+
+    def __init__(self, title: str, *, spinner: bool = False, stream: TextIO | None = None,
+                 total: int | None = None) -> None:
+        self.title, self.spinner, self.total = title, spinner, total
+        self.stream = stream if stream is not None else sys.stderr
+        self.done: int | None = None
+        self.label: str | None = None
+        self.lines = 0
+        self.announce_end = True
+        self.mode = "off"
+        self._t0 = time.perf_counter()
+        self._quiet_until = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._status: Any = None
+
+    def update(self, done: int | None = None, total: int | None = None, label: str | None = None) -> None:
+        if done is not None:
+            self.done = done
+        if total is not None:
+            self.total = total
+        if label is not None:
+            self.label = label
+        if self._status is not None:
+            self._status.update(self._text())
+
+    def printed(self) -> None:
+        """Someone else just printed a progress line: the next heartbeat waits a whole interval."""
+        self._quiet_until = time.perf_counter() + interval_s()
+
+    def _text(self) -> str:
+        parts = [f"{self.title}: running, {_clock(time.perf_counter() - self._t0)} elapsed"]
+        if self.done is not None:
+            parts.append(f"{self.done}/{self.total}" if self.total is not None else f"{self.done} done")
+        if self.label:
+            parts.append(self.label)
+        return ", ".join(parts)
+
+    def _beat(self) -> None:
+        every = interval_s()
+        while not self._stop.wait(every):
+            if time.perf_counter() < self._quiet_until:
+                continue
+            try:
+                print(f"attnum {self._text()}", file=self.stream, flush=True)
+                self.lines += 1
+            except (OSError, ValueError):  # the stream went away (closed pipe, closed file): stop quietly
+                return
+
+    def __enter__(self) -> Activity:
+        if is_tty(self.stream):
+            if self.spinner:
+                from rich.console import Console
+
+                self._status = Console(file=self.stream).status(self._text())
+                self._status.__enter__()
+                self.mode = "spinner"
+            return self
+        self.mode = "lines"
+        self._thread = threading.Thread(target=self._beat, name=f"attnum-progress-{self.title}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        if self._status is not None:
+            self._status.__exit__(*exc)
+        if self.lines and self.announce_end:  # whoever read the heartbeats learns that it ended
+            print(f"attnum {self.title}: finished in {_clock(time.perf_counter() - self._t0)}",
+                  file=self.stream, flush=True)
+
 
 class SweepProgress:
-    """Reports each finished point. Use as a context manager around the sweep."""
+    """Reports each finished point. Use as a context manager around the sweep.
+
+    A rich bar on a terminal; off a terminal (or ``quiet``) one plain line per point, and an
+    :class:`Activity` heartbeat between points that take longer than an interval."""
 
     def __init__(self, *, total: int, skipped: int, title: str, quiet: bool, stream: TextIO | None = None) -> None:
         self.total, self.skipped, self.title, self.quiet = total, skipped, title, quiet
@@ -17,13 +133,18 @@ class SweepProgress:
         self._t0 = time.perf_counter()
         self._bar: Any = None
         self._task: Any = None
+        self._beat: Activity | None = None
 
     def __enter__(self) -> SweepProgress:
         head = f"{self.title}: {self.total} points to run"
         if self.skipped:
             head += f", {self.skipped} already done (skipped)"
-        if self.quiet or not self.total:
+        if self.quiet or not self.total or not is_tty(self.stream):
             print(head, file=self.stream, flush=True)
+            if self.total:
+                self._beat = Activity(self.title, stream=self.stream, total=self.total).__enter__()
+                self._beat.update(done=0)
+                self._beat.printed()
             return self
         from rich.console import Console
         from rich.progress import (
@@ -68,8 +189,14 @@ class SweepProgress:
             file=self.stream,
             flush=True,
         )
+        if self._beat is not None:
+            self._beat.update(done=self.done, label=f"{self.failed} failed, eta {eta:.0f}s")
+            self._beat.printed()
 
     def __exit__(self, *exc: object) -> None:
+        if self._beat is not None:
+            self._beat.announce_end = False  # the summary line below says it ended
+            self._beat.__exit__(*exc)
         if self._bar is not None:
             self._bar.__exit__(*exc)
         elapsed = time.perf_counter() - self._t0
