@@ -69,7 +69,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
         run_id = store.begin_run(
             command=options.command, n_todo=len(todo), executor=options.executor, jobs=options.jobs
         )
-        status = "interrupted"
+        status = "failed"  # an error ended it (a disk that refused, a bug)
         failed = 0
         results = _execute(todo, spec.kernel_names, options, stop)
         try:
@@ -83,6 +83,9 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
                     stop.check()
             stop.check()
             status = "complete" if not failed else "complete-with-failures"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
         finally:
             stop.cleaning_up = True  # a second Ctrl-C must not cut the recording of this one short
             if hasattr(results, "close"):

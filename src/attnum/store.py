@@ -85,13 +85,17 @@ class Store:
             self._check_attnum()
             return
         make_out_folder(self.folder)
+        if self.path.is_file() and self.path.stat().st_size:
+            # Look before writing anything (the lock file included): never alter another program's file.
+            self._check_header(empty_ok=True)
+            self._db = self._connect_readonly()
+            try:
+                self._check_attnum()
+            finally:
+                self._db.close()
+                self._db = None
         self._lock = FolderLock(self.folder, command)
         try:
-            if self.path.is_file() and self.path.stat().st_size:
-                self._check_header(empty_ok=True)
-                self._db = self._connect_readonly()  # look before writing: never alter another program's file
-                self._check_attnum()
-                self._db.close()
             self._db = self._guard(sqlite3.connect, self.path, timeout=30, isolation_level=None)
             self._q("PRAGMA journal_mode=WAL")
             # NORMAL is durable against a killed process (WAL); only a power cut could lose the tail.
@@ -128,10 +132,16 @@ class Store:
         db = self._guard(sqlite3.connect, uri, uri=True, timeout=30, isolation_level=None)
         try:
             db.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
-        except sqlite3.OperationalError:
-            # A read-only medium where the -shm file cannot be created: nobody can be writing there.
+        except sqlite3.OperationalError as err:
             db.close()
+            if not any(m in str(err) for m in ("unable to open", "readonly", "read-only")):
+                raise self._environment_error(err) from None
+            # A read-only medium where the -shm file cannot be created: nobody can be writing there.
             db = self._guard(sqlite3.connect, uri + "&immutable=1", uri=True, isolation_level=None)
+            self._guard(lambda: db.execute("SELECT COUNT(*) FROM sqlite_master").fetchall())
+        except sqlite3.DatabaseError as err:
+            db.close()
+            raise self._environment_error(err) from None
         return db
 
     def _check_attnum(self) -> None:

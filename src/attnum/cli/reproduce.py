@@ -27,11 +27,12 @@ def register(app: typer.Typer) -> None:
         from attnum.executors import SweepOptions, run_sweep
         from attnum.experiments.findings import compute_findings
         from attnum.experiments.paper import paper_spec
+        from attnum.outdir import check_out_folder
         from attnum.report.html import write_report
         from attnum.store import open_store
 
         spec = paper_spec(profile, device)
-        out_dir = out or Path("runs") / profile
+        out_dir = check_out_folder(out or Path("runs") / profile)
         t0 = time.perf_counter()
         options = SweepOptions(out=out_dir, jobs=jobs or os.cpu_count() or 1, executor=executor, quiet=quiet,
                                command=" ".join(["attnum", *sys.argv[1:]]))

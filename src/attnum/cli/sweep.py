@@ -21,7 +21,9 @@ def register(app: typer.Typer) -> None:
         """Run every point of SPEC not yet done in OUT; each point is committed as it finishes."""
         from attnum.executors import SweepOptions, run_sweep
         from attnum.experiments.spec import load_spec
+        from attnum.outdir import check_out_folder
 
+        check_out_folder(out)  # a file, or x.sqlite: refused before anything runs
         sweep_spec = load_spec(spec)  # invalid specs fail here, before any point runs
         options = SweepOptions(out=out, jobs=jobs, executor=executor, quiet=quiet,
                                command=" ".join(["attnum", *sys.argv[1:]]))

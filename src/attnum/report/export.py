@@ -31,12 +31,18 @@ def flat_rows(out_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def export_points(out_dir: str | Path, *, to: str = "csv", output: str | Path | None = None) -> Path:
-    """Write the flat table to ``output`` (default ``out_dir/points.{csv,parquet}``); returns the path."""
+    """Write the flat table to ``output`` (default ``out_dir/points.{csv,parquet}``); returns the path.
+
+    ``output`` may name a folder: the table goes into it as ``points.{csv,parquet}``."""
     if to not in FORMATS:
         raise bad_value("--to", to, f"one of {FORMATS}")
+    path = Path(output) if output else Path(out_dir) / f"points.{to}"
+    if path.is_dir():
+        path = path / f"points.{to}"
+    if not path.parent.is_dir():
+        raise bad_value("-o", str(output), f"a file in an existing folder ({path.parent} is not a folder)")
     rows = flat_rows(out_dir)
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    path = Path(output) if output else Path(out_dir) / f"points.{to}"
     if to == "csv":
         with path.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns)

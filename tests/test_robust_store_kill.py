@@ -1,0 +1,188 @@
+"""Killing a real sweep (issue 13): SIGKILL of the driver at seeded random moments with ``--jobs 2``,
+two sweeps on one folder, SIGTERM. After each: no worker survives, the store opens, done rows are
+intact, the run reads ``killed`` (or ``interrupted``), and a resumed sweep finishes with the right counts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+from _sweep_helpers import popen_cli, run_cli, write_spec
+
+from attnum.store import DB_NAME, open_store
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the worker processes"),
+]
+
+# 40 points of a few tenths of a second each on 2 loaded cores: long enough to be killed mid-way.
+KILL_SPEC = """
+name = "kill"
+record = ["flash_vs_golden", "baseline_vs_golden"]
+[defaults]
+heads = 1
+head_dim = 32
+block_q = 32
+block_k = 32
+[axes]
+format = ["e6m5", "e5m7"]
+policy = ["uniform"]
+seq_len = [768, 1024]
+seed = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+"""
+N_POINTS = 40
+# The same, 400 points: a first sweep that is still running when the second one starts (it is stopped).
+LONG_SPEC = KILL_SPEC.replace("seed = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]", f"seed = {list(range(100))}")
+
+
+def _rows(db: Path) -> dict[str, str]:
+    """key -> metrics of the done rows, read the way a user would (read-only, WAL included)."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        return dict(con.execute("SELECT key, metrics FROM points WHERE status = 'done'"))
+    except sqlite3.OperationalError:  # not created yet
+        return {}
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (pool workers, multiprocessing's resource tracker)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parent[int(stat.parent.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        frontier += kids
+    return out
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(p)
+    return alive
+
+
+def _wait_until(cond, timeout: float, what: str):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def test_sigkill_at_random_moments_with_jobs2(tmp_path):
+    spec, out = write_spec(tmp_path, KILL_SPEC), tmp_path / "out"
+    db = out / DB_NAME
+    rng = random.Random(13)
+    kept: dict[str, str] = {}
+    # Moments: while starting up (before any point is done), then after a random number of rows.
+    moments = [("seconds", rng.uniform(0.3, 1.5)), ("rows", rng.randint(1, 6)), ("rows", rng.randint(8, 16))]
+    for n_run, (kind, at) in enumerate(moments, start=1):
+        proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2")
+        if kind == "seconds":
+            time.sleep(at)
+        else:
+            def enough(proc=proc, n=len(kept) + at):
+                return len(_rows(db)) >= n or proc.poll() is not None
+
+            _wait_until(enough, 120, f"{at} new rows")
+        assert proc.poll() is None, f"the sweep ended before kill {n_run}: {proc.stderr.read()}"
+        below = _descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stderr.close()
+        # No worker survives its driver (they used to linger for 46 minutes, ~250 MB each).
+        try:
+            _wait_until(lambda below=below: not _alive(below), 8, "the workers to exit")
+        finally:
+            for p in _alive(below):
+                os.kill(p, signal.SIGKILL)
+        if not db.exists():
+            continue  # killed before the store was created
+        with open_store(out) as store:
+            runs, counts = store.runs(), store.counts()
+        assert runs[-1]["status"] == "killed" and [r["status"] for r in runs] == ["killed"] * len(runs)
+        rows = _rows(db)
+        assert {k: rows[k] for k in kept} == kept, "a done row changed or vanished"
+        assert counts["done"] == len(rows) < N_POINTS and counts["planned"] == N_POINTS
+        kept = rows
+    resumed = run_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2")
+    assert f"{N_POINTS} points planned, {len(kept)} already done, {N_POINTS - len(kept)} run, 0 failed" in resumed.stdout
+    with open_store(out) as store:
+        assert store.counts() == {"planned": N_POINTS, "done": N_POINTS, "failed": 0, "missing": 0}
+        statuses = [r["status"] for r in store.runs()]
+    assert statuses[-1] == "complete" and set(statuses[:-1]) == {"killed"}
+    assert {k: v for k, v in _rows(db).items() if k in kept} == kept
+    # After a finished run the main file alone holds every row (the WAL was checkpointed).
+    shutil.copy(db, tmp_path / "alone.sqlite")
+    assert sqlite3.connect(tmp_path / "alone.sqlite").execute("SELECT COUNT(*) FROM points").fetchone()[0] == N_POINTS
+
+
+def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanly(tmp_path):
+    spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
+    first = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2")
+    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, 120, "a first row")
+    assert first.poll() is None
+    second = run_cli("sweep", spec, "--out", out, "--quiet", check=False)
+    assert second.returncode == 2
+    (line,) = second.stderr.strip().splitlines()
+    assert line.startswith("attnum: error: ") and f"(pid {first.pid} on " in line and "--out" in line
+    below = _descendants(first.pid)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=60) == 130
+    assert "Traceback" not in first.stderr.read()
+    first.stderr.close()
+    _wait_until(lambda: not _alive(below), 8, "the workers to exit")
+    # Interrupted, not killed: the run says so, and the WAL was checkpointed on the way out.
+    shutil.copy(out / DB_NAME, tmp_path / "alone.sqlite")
+    alone = sqlite3.connect(tmp_path / "alone.sqlite")
+    assert alone.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    assert alone.execute("SELECT COUNT(*) FROM points").fetchone()[0] == len(_rows(out / DB_NAME)) > 0
+
+
+def test_ray_is_shut_down_when_the_sweep_is_interrupted(monkeypatch):
+    """With a fake ``ray`` (the extra may be missing, and a real cluster takes long to start here)."""
+    from attnum import executors
+    from attnum.experiments.points import Point
+
+    calls = []
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: False,
+        init=lambda **kw: calls.append("init"),
+        shutdown=lambda: calls.append("shutdown"),
+        cancel=lambda ref, force: calls.append("cancel"),
+        remote=lambda fn: types.SimpleNamespace(options=lambda **kw: types.SimpleNamespace(
+            remote=lambda *a: object())),
+        wait=lambda refs, num_returns, timeout: os.kill(os.getpid(), signal.SIGINT) or ([], refs),
+        get=lambda ref: None,
+    )
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    todo = [Point(seq_len=16, policy="fa2"), Point(seq_len=32, policy="fa2")]
+    with executors._Interrupts() as stop, pytest.raises(KeyboardInterrupt):
+        list(executors._ray(todo, (), 2, stop))
+    assert calls == ["init", "cancel", "cancel", "shutdown"]
