@@ -22,6 +22,7 @@ from typing import Any
 from attnum.errors import bad_value
 from attnum.experiments.decode import DecodeConfig, run_decode
 from attnum.experiments.spec import Group, SweepSpec
+from attnum.nanmath import nan_max
 
 KINDS = ("decode", "fp8-table")
 DEVICES = ("cpu",)
@@ -215,8 +216,8 @@ def inference_findings(rows: list) -> list:
         ratios = [d / u for d, u, _ in per.values() if d is not None and u]
         if not ratios:
             continue
-        worst = max(ratios)
-        ulps = max(b for _, _, b in per.values() if b is not None)
+        worst = nan_max(ratios)
+        ulps = nan_max(b for _, _, b in per.values() if b is not None)
         add(cid, group, f"{what} changes the output bits, not its accuracy (within {SPLIT_MULT:g}x the unsplit "
             "kernel's error)", "holds" if worst <= SPLIT_MULT else "does not hold",
             f"max over {what} and output format of max|decode - golden| / max|unsplit - golden| = {worst:.2f} "

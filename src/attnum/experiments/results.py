@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from attnum.nanmath import nan_max, nan_min
+
 Row = dict[str, Any]
 
 
@@ -53,8 +55,8 @@ def seed_summary(xs: list[float]) -> dict[str, float]:
     """Median and spread over seeds (min, max, mean, std, n)."""
     return {
         "median": statistics.median(xs),
-        "min": min(xs),
-        "max": max(xs),
+        "min": nan_min(xs),
+        "max": nan_max(xs),
         "mean": statistics.fmean(xs),
         "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
         "n": len(xs),

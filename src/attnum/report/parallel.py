@@ -11,6 +11,7 @@ import html
 import json
 from pathlib import Path
 
+from attnum.jsonout import dumps
 from attnum.report.plotting import finish, format_color, panels, save
 
 
@@ -100,7 +101,7 @@ def _page(title: str, sections: list[str]) -> str:
 def write_spec_report(result: dict, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "spec.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "spec.json").write_text(dumps(result, indent=2, default=str))
     rows = result["rows"]
     sections = [f"<h2>TV against format and k</h2><p>config: <code>{html.escape(json.dumps(result['config'], default=str))}"
                 "</code></p>"]
@@ -117,13 +118,13 @@ def write_spec_report(result: dict, out: str | Path) -> Path:
 def write_ring_report(result: dict, out: str | Path, allreduce: dict | None = None) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ring.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "ring.json").write_text(dumps(result, indent=2, default=str))
     rows = result["rows"]
     sections = ["<h2>Deviation against shards, layout and merge policy</h2>", _svg_free_png(ring_figure(rows, out)),
                 _table(rows, ["shards", "layout", "merge_policy", "backend", "max_abs", "mean_abs", "single_max_abs",
                               "ratio_to_single", "nan", "bit_equal_sim", "seconds"])]
     if allreduce is not None:
-        (out / "allreduce.json").write_text(json.dumps(allreduce, indent=2, default=str))
+        (out / "allreduce.json").write_text(dumps(allreduce, indent=2, default=str))
         sections += ["<h2>Row-parallel output projection: reduction order</h2>",
                      _svg_free_png(allreduce_figure(allreduce["rows"], out)),
                      _table(allreduce["rows"], ["study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",

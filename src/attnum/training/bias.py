@@ -40,7 +40,6 @@ Shapes: B batch, T tokens, D model width.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, fields
@@ -50,6 +49,7 @@ import torch
 
 from attnum.attention.ties import TieCount, score_ties_by
 from attnum.errors import AttnumInputError, bad_value
+from attnum.jsonout import dumps
 from attnum.kernels.registry import require
 from attnum.training.bias_sites import SiteBiasConfig, run_site_bias
 from attnum.training.data import step_generator
@@ -314,6 +314,6 @@ def run_bias(cfg: BiasConfig, *, log=print, progress: bool = True) -> dict:
                "wall_s": time.perf_counter() - t0}
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    (out / "results.json").write_text(dumps(summary, indent=1))
     write_report(summary, out)
     return summary

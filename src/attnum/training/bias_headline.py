@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from attnum.nanmath import nan_max
+
 BLOWUP = 1.5
 SMOOTH = 25
 REFERENCE = "fp32"
@@ -75,7 +77,7 @@ def run_summary(r: dict, ref: dict | None) -> dict:
         "sigma_growth": growth,
         "sigma_growth_max": growth[top],
         "sigma_growth_argmax": top,
-        "sigma_vs_ref_max": max(vs_ref.values()) if vs_ref else math.nan,
+        "sigma_vs_ref_max": nan_max(vs_ref.values()),
         "update_bias": _mean_windows(r["update_bias"]),
         "update_signed": _mean_windows(r["update_signed"]),
         "update_rel": _mean_windows(r["update_rel"]),

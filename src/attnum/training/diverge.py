@@ -21,12 +21,12 @@ its done points.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from attnum.errors import AttnumInputError, bad_value
+from attnum.jsonout import dumps
 from attnum.kernels.registry import require
 from attnum.training.checkpoints import checkpoint_name, load_state
 from attnum.training.divergence import weight_divergence
@@ -174,6 +174,6 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
         "wall_s": time.perf_counter() - t0,
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    (out / "results.json").write_text(dumps(summary, indent=1))
     write_report(summary, out)
     return summary

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from attnum.metrics import wasserstein_distance
+from attnum.nanmath import nan_max
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +87,7 @@ def weight_divergence(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) ->
                           numel=0, mismatches=mismatches)
     return Divergence(
         per_tensor=per,
-        max_abs=max(v["max_abs"] for v in per.values()),
+        max_abs=nan_max(v["max_abs"] for v in per.values()),  # a NaN tensor is never hidden by the others
         w1=wasserstein_distance(_cat(flat_a), _cat(flat_b)),
         w1_mean=sum(v["w1"] * v["numel"] for v in per.values()) / numel,
         numel=numel,

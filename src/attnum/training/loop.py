@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from attnum.errors import bad_value
 from attnum.formats import torch_dtype
+from attnum.jsonout import dumps
 from attnum.kernels.registry import require
 from attnum.training.checkpoints import checkpoint_name, save_checkpoint
 from attnum.training.data import shard
@@ -141,7 +142,7 @@ def _train(cfg: RunConfig, out_dir: Path) -> RunResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         log = {"config": _jsonable(asdict(cfg)), "losses": losses, "wall_s": wall, "world_size": world}
         tmp = run_dir / "log.json.tmp"
-        tmp.write_text(json.dumps(log, indent=1))
+        tmp.write_text(dumps(log, indent=1))  # strict JSON: a NaN loss is null
         tmp.replace(run_dir / "log.json")  # the log appears last and whole: it marks the run finished
     return RunResult(name=cfg.name, ckpt_dir=ckpt_dir, losses=losses, wall_s=wall,
                      final_state={k: v.detach().cpu().clone() for k, v in inner.state_dict().items()})
@@ -162,6 +163,7 @@ def finished(cfg: RunConfig, out_dir: Path) -> dict | None:
         return None
     if not all((run_dir / "ckpt" / checkpoint_name(step)).is_file() for step in cfg.checkpoint_steps()):
         return None
+    log["losses"] = [float("nan") if x is None else x for x in log["losses"]]  # null was a NaN loss
     return log
 
 
