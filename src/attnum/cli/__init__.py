@@ -51,17 +51,19 @@ DISK_ERRNOS = {errno.EROFS: "the file system is read-only", errno.ENOSPC: "the d
 
 
 def version_text() -> str:
-    """``attnum 0.1.0``, plus torch's version when it is already loaded or findable without importing it."""
+    """``attnum 0.1.0 (torch 2.x, Python 3.x)``: torch's version from its package metadata, never by
+    importing it (that alone takes a second or more)."""
     import attnum
 
-    text = f"attnum {attnum.__version__}"
+    extra = []
     try:
         from importlib.metadata import version
 
-        text += f", torch {version('torch')}"
+        extra.append(f"torch {version('torch')}")
     except Exception:  # noqa: BLE001 - torch's version is a courtesy; attnum's is the answer
         pass
-    return text
+    extra.append(f"Python {sys.version.split()[0]}")
+    return f"attnum {attnum.__version__} ({', '.join(extra)})"
 
 
 def _version(value: bool) -> None:
@@ -130,13 +132,16 @@ def _internal(err: BaseException, argv: list[str] | None) -> int:
 
 
 def disk_message(err: OSError) -> str:
-    """One line for a write the disk refused: the file, why, and what to do."""
+    """One line for a file operation the disk refused: the file, why, and what to do."""
     where = err.filename if err.filename is not None else "an output file"
     why = DISK_ERRNOS.get(err.errno, err.strerror or "refused")
-    todo = {errno.ENOSPC: "free some space or choose another --out",
-            errno.EDQUOT: "free some space or choose another --out"}.get(
-        err.errno, "choose a writable folder (--out/-o) or fix its permissions")
-    return f"cannot write {where}: {why} ({errno.errorcode.get(err.errno, err.errno)}); {todo}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        todo = "free some space, or choose another output folder (--out/-o)"
+    elif err.errno == errno.EROFS:
+        todo = "choose an output folder on a writable file system (--out/-o)"
+    else:
+        todo = "check its permissions, or choose another output folder (--out/-o)"
+    return f"{where}: {why} ({errno.errorcode.get(err.errno, err.errno)}); {todo}"
 
 
 def write_traceback(err: BaseException, argv: list[str]) -> str:
