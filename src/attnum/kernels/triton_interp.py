@@ -35,12 +35,20 @@ def enable() -> None:
 
 
 def _check_interpreting() -> None:
+    """Triton's own library (``tl.max``, ``tl.sum``, ... in triton.language.standard) is decorated when
+    triton is imported: imported before TRITON_INTERPRET=1, those stay compiled, and every kernel that
+    calls them fails inside the interpreter ("Cannot call @triton.jit'd outside of the scope of a kernel")."""
     import triton
+    from triton.language import standard
 
     knobs = getattr(triton, "knobs", None)  # triton >= 3.4; older versions read the variable directly
     if knobs is not None and not knobs.runtime.interpret:
         raise AttnumEnvironmentError("TRITON_INTERPRET=1 is set but triton.knobs.runtime.interpret is off "
                                      "(something overrode it); unset the override and retry")
+    if type(getattr(standard, "max", None)).__name__ == "JITFunction":
+        raise AttnumEnvironmentError("triton was imported in this process before TRITON_INTERPRET=1 was set, so "
+                                     "its library stays compiled; audit in a fresh process (attnum audit "
+                                     "isolates by default) or set TRITON_INTERPRET=1 before importing triton")
 
 
 def load(spec: str, full_spec: str | None = None) -> Callable:
