@@ -5,6 +5,7 @@ intact, the run reads ``killed`` (or ``interrupted``), and a resumed sweep finis
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shutil
@@ -186,3 +187,24 @@ def test_ray_is_shut_down_when_the_sweep_is_interrupted(monkeypatch):
     with executors._Interrupts() as stop, pytest.raises(KeyboardInterrupt):
         list(executors._ray(todo, (), 2, stop))
     assert calls == ["init", "cancel", "cancel", "shutdown"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the ray extra is not installed")
+def test_sigterm_with_ray_shuts_ray_down(tmp_path):
+    """ray.init installs its own SIGTERM handler; the sweep takes the signal back, so the run ends as
+    ``interrupted`` (exit 130) and the local Ray instance it started goes with it."""
+    spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
+    proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2", "--executor", "ray")
+    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, 150, "a first row")
+    assert proc.poll() is None, proc.stderr.read()
+    below = _descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    proc.stderr.close()
+    try:
+        _wait_until(lambda: not _alive(below), 20, "Ray's processes to exit")
+    finally:
+        for p in _alive(below):
+            os.kill(p, signal.SIGKILL)
+    with open_store(out) as store:
+        assert [r["status"] for r in store.runs()] == ["interrupted"]

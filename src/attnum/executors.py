@@ -115,6 +115,11 @@ class _Interrupts:
                 self._before[sig] = signal.signal(sig, self._handle)
         return self
 
+    def reinstall(self) -> None:
+        """Take the signals back from a library that installed its own (``ray.init`` does, for SIGTERM)."""
+        for sig in self._before:
+            signal.signal(sig, self._handle)
+
     def _handle(self, signum: int, frame: object) -> None:
         first = self.signum is None
         self.signum = signum
@@ -271,6 +276,8 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrup
         except BaseException:  # interrupted while starting: stop what was started
             ray.shutdown()
             raise
+        finally:
+            stop.reinstall()
         started_here = True
     pending: dict[Any, Point] = {}
     try:
