@@ -208,3 +208,40 @@ def test_sigterm_with_ray_shuts_ray_down(tmp_path):
             os.kill(p, signal.SIGKILL)
     with open_store(out) as store:
         assert [r["status"] for r in store.runs()] == ["interrupted"]
+
+
+def _sleeping_rank(rank: int, world_size: int) -> None:
+    time.sleep(120)
+
+
+def test_distributed_ranks_die_with_a_sigkilled_parent(tmp_path):
+    """``run_ranks`` (attnum ring, distributed training): ranks blocked in work must not outlive their parent."""
+    import subprocess
+
+    from _sweep_helpers import cli_env
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from test_robust_store_kill import _sleeping_rank; "
+            "from attnum.experiments.spawn import run_ranks; run_ranks(_sleeping_rank, 2, timeout=120)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)], env=cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def ranks():
+            return [p for p in _descendants(proc.pid) if b"spawn_main" in _cmdline(p)]
+
+        below = _wait_until(lambda: len(ranks()) >= 2 and ranks(), 60, "two ranks")
+        time.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    try:
+        _wait_until(lambda: not _alive(below), 8, "the ranks to exit")
+    finally:
+        for p in _alive(below):
+            os.kill(p, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

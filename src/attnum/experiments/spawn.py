@@ -35,10 +35,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank, world_size, port, backend, timeout_s, fn, args, fault, out):
+def _worker(rank, world_size, port, backend, timeout_s, fn, args, fault, out, parent_pid):
     import torch
     import torch.distributed as dist
 
+    from attnum.processes import die_with_parent
+
+    die_with_parent(parent_pid)  # a SIGKILLed parent must not leave ranks waiting in a collective
     try:
         torch.set_num_threads(1)
         if backend == "nccl":
@@ -75,8 +78,8 @@ def run_ranks(fn, world_size: int, *, args: tuple = (), backend: str = "gloo", t
     port = _free_port()
     omp = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # children inherit it: one thread per rank
-    procs = [ctx.Process(target=_worker, args=(r, world_size, port, backend, timeout, fn, args, fault, out),
-                         daemon=True) for r in range(world_size)]
+    procs = [ctx.Process(target=_worker, args=(r, world_size, port, backend, timeout, fn, args, fault, out,
+                                               os.getpid()), daemon=True) for r in range(world_size)]
     try:
         for p in procs:
             p.start()

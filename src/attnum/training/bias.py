@@ -300,9 +300,12 @@ def run_bias(cfg: BiasConfig, *, log=print, progress: bool = True) -> dict:
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
+        import os
 
-        with cf.ProcessPoolExecutor(max_workers=min(cfg.jobs, len(cfg.runs)),
-                                    mp_context=mp.get_context("spawn")) as pool:
+        from attnum.processes import die_with_parent
+
+        with cf.ProcessPoolExecutor(max_workers=min(cfg.jobs, len(cfg.runs)), mp_context=mp.get_context("spawn"),
+                                    initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             records = list(pool.map(_worker, [(cfg, name, progress) for name in cfg.runs]))
     runs = {r["name"]: r for r in records}
     sites = []
