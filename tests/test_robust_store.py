@@ -333,15 +333,17 @@ def _corrupt(kind: str, src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("command", ["runs", "export", "report", "sweep"])
+@pytest.mark.parametrize("command", ["runs", "export", "report", "sweep", "reproduce"])
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "bad-row"])
 def test_corrupt_store_is_one_line_naming_the_file(kind, command, small_store, tmp_path, capsys):
-    if kind == "bad-row" and command in ("sweep", "runs"):
+    if kind == "bad-row" and command in ("sweep", "reproduce", "runs"):
         pytest.skip("reads no point's metrics, config or environment: nothing corrupt to meet")
-    if kind == "empty" and command == "sweep":
+    if kind == "empty" and command in ("sweep", "reproduce"):
         pytest.skip("an empty attnum.sqlite is a new store to a sweep")
     out = _corrupt(kind, small_store, tmp_path / "out")
-    argv = {"sweep": ["sweep", write_spec(tmp_path, SMALL_SPEC), "--out", out, "--quiet"]}.get(command, [command, out])
+    argv = {"sweep": ["sweep", write_spec(tmp_path, SMALL_SPEC), "--out", out, "--quiet"],
+            "reproduce": ["reproduce", "--profile", "smoke", "--out", out, "--jobs", "1", "--quiet"],
+            }.get(command, [command, out])
     assert cli(*argv) == 2
     line = _one_error_line(capsys, str(out / DB_NAME))
     assert any(w in line for w in ("corrupt", "not a SQLite database", "empty")), line

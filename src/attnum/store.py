@@ -27,7 +27,6 @@ import hashlib
 import json
 import sqlite3
 import time
-import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 from attnum.errors import AttnumEnvironmentError, bad_value
 from attnum.outdir import make_out_folder
 from attnum.processes import is_running, this_process
+from attnum.store_file import check_attnum, check_header, connect_readonly, environment_error, guard
 from attnum.store_lock import FolderLock
 
 DB_NAME = "attnum.sqlite"
@@ -55,9 +55,7 @@ CREATE TABLE IF NOT EXISTS points (
     run_id INTEGER REFERENCES runs(run_id), env_id TEXT REFERENCES environments(env_id),
     started_at REAL, wall_s REAL, worker TEXT, written_at REAL NOT NULL);
 """
-_TABLES = {"meta", "planned", "runs", "environments", "points", "sqlite_sequence"}
 _RUN_PROCESS_COLUMNS = ("pid", "host", "proc_start")  # added after schema 1 shipped: old stores lack them
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class Store:
@@ -114,70 +112,25 @@ class Store:
 
     # ---- connection, errors -----------------------------------------------------------------
     def _check_header(self, *, empty_ok: bool) -> None:
-        try:
-            with self.path.open("rb") as fh:
-                head = fh.read(len(_SQLITE_HEADER))
-        except OSError as err:
-            raise AttnumEnvironmentError(f"{self.path}: cannot read the results store ({err.strerror}); "
-                                         "check its permissions") from None
-        if not head and empty_ok:
-            return
-        if head != _SQLITE_HEADER:
-            what = "empty" if not head else "not a SQLite database (garbage bytes)"
-            raise AttnumEnvironmentError(f"{self.path}: the results store is {what}; move it aside and re-run "
-                                         "the sweep into this folder, or restore a copy of it")
+        check_header(self.path, empty_ok=empty_ok)
 
     def _connect_readonly(self) -> sqlite3.Connection:
-        uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
-        db = self._guard(sqlite3.connect, uri, uri=True, timeout=30, isolation_level=None)
-        try:
-            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
-        except sqlite3.OperationalError as err:
-            db.close()
-            if not any(m in str(err) for m in ("unable to open", "readonly", "read-only")):
-                raise self._environment_error(err) from None
-            # A read-only medium where the -shm file cannot be created: nobody can be writing there.
-            db = self._guard(sqlite3.connect, uri + "&immutable=1", uri=True, isolation_level=None)
-            self._guard(lambda: db.execute("SELECT COUNT(*) FROM sqlite_master").fetchall())
-        except sqlite3.DatabaseError as err:
-            db.close()
-            raise self._environment_error(err) from None
-        return db
+        return connect_readonly(self.path)
 
     def _check_attnum(self) -> None:
-        tables = {name for (name,) in self._q("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if tables and ("meta" not in tables or tables - _TABLES):
-            raise AttnumEnvironmentError(
-                f"{self.path}: not an attnum results store (it has tables {', '.join(sorted(tables))}); attnum "
-                "leaves it untouched: choose another folder")
+        tables = check_attnum(self._db, self.path)
         cols = {row[1] for row in self._q("PRAGMA table_info(runs)")} if "runs" in tables else set()
         self._has_process_cols = set(_RUN_PROCESS_COLUMNS) <= cols
 
     def _guard(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (sqlite3.OperationalError, sqlite3.DatabaseError) as err:
-            raise self._environment_error(err) from None
+        return guard(self.path, fn, *args, **kwargs)
 
     def _q(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
         """Run one statement and fetch every row (a corrupt page surfaces here, not in a caller's loop)."""
         return self._guard(lambda: self._db.execute(sql, tuple(args)).fetchall())
 
     def _environment_error(self, err: sqlite3.Error) -> AttnumEnvironmentError:
-        msg = str(err)
-        low = msg.lower()
-        if "readonly" in low or "read-only" in low:
-            todo = "the file or its filesystem is read-only: copy the folder somewhere writable, or use another --out"
-        elif "full" in low:
-            todo = "the disk is full: free space, then re-run to resume (committed points are kept)"
-        elif "locked" in low or "busy" in low:
-            todo = "another process holds the database: wait for it, or use another --out"
-        elif "unable to open" in low:
-            todo = "cannot open it: check that the folder exists and is readable and writable"
-        else:
-            todo = ("the results store is corrupt: move it aside and re-run the sweep into this folder, "
-                    "or restore a copy of it")
-        return AttnumEnvironmentError(f"{self.path}: {msg}; {todo}")
+        return environment_error(self.path, err)
 
     def _json(self, text: str | None, what: str, key: str) -> Any:
         if not text:
