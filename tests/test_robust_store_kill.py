@@ -179,7 +179,7 @@ def test_ray_is_shut_down_when_the_sweep_is_interrupted(monkeypatch):
         cancel=lambda ref, force: calls.append("cancel"),
         remote=lambda fn: types.SimpleNamespace(options=lambda **kw: types.SimpleNamespace(
             remote=lambda *a: object())),
-        wait=lambda refs, num_returns, timeout: os.kill(os.getpid(), signal.SIGINT) or ([], refs),
+        wait=lambda refs, num_returns, timeout: os.kill(os.getpid(), signal.SIGTERM) or ([], refs),
         get=lambda ref: None,
     )
     monkeypatch.setitem(sys.modules, "ray", fake)

@@ -99,9 +99,11 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
 class _Interrupts:
     """SIGINT and SIGTERM raise KeyboardInterrupt in the driver, and are also remembered.
 
-    The flag makes an interruption stick: a KeyboardInterrupt raised while Python runs a finaliser
-    or a weakref callback is printed and dropped, which once let a Ctrl-C'd sweep finish with exit 0;
-    the loops check the flag as well. While cleaning up, further signals are only recorded.
+    The flag makes an interruption stick (a KeyboardInterrupt raised while Python runs a finaliser
+    or a weakref callback is printed and dropped); the loops check it as well. While cleaning up,
+    further signals are only recorded. A signal this process inherited as ignored stays ignored, as
+    POSIX shells expect of a background job (``cmd &`` in a script ignores SIGINT); SIGTERM still
+    stops such a sweep cleanly.
     """
 
     def __init__(self) -> None:
@@ -112,7 +114,8 @@ class _Interrupts:
     def __enter__(self) -> _Interrupts:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                self._before[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._before[sig] = signal.signal(sig, self._handle)
         return self
 
     def reinstall(self) -> None:
