@@ -64,6 +64,8 @@ def die_with_parent(parent_pid: int) -> None:
     Linux: the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``). Everywhere, a
     daemon thread also polls ``os.getppid()``: an orphan is re-parented, so a changed parent pid
     means the parent is gone (this also covers a parent that died before the prctl call).
+    The kernel ties PDEATHSIG to the *thread* that started the child: start workers from a thread
+    that lives as long as they should (attnum's pools start them from the main thread).
     """
     if sys.platform.startswith("linux"):
         try:
