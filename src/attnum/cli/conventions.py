@@ -94,6 +94,8 @@ def conventional(command: Any) -> None:
             param.metavar = _metavar(param)
         elif param.param_type_name == "argument":  # its name is its metavar; the type column reads TEXT, PATH
             kind = _metavar(param)
+            if param.metavar is None:
+                param.metavar = param.name.upper()
             param.display_type_rich = lambda ctx, kind=kind: kind
         if param.type_descriptor.annotation in (int, float) or param.type_descriptor.is_tuple \
                 or param.type_descriptor.is_list:
