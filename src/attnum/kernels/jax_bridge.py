@@ -9,6 +9,7 @@ runs. jax keeps 64-bit floats off by default, so float64 is refused rather than 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -42,25 +43,29 @@ def to_torch(a) -> torch.Tensor:
 
 
 class JaxFunction(torch.autograd.Function):
-    """``f(q, k, v) -> out`` in JAX as a torch op whose backward is JAX's vjp of ``f``."""
+    """``f(q, k, v) -> out`` in JAX as a torch op whose backward is JAX's vjp of ``f``; both run inside
+    ``mode()`` (a context manager such as Pallas TPU's interpret mode, which the pullback needs too)."""
 
     @staticmethod
-    def forward(ctx, f: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, f: Callable, mode: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         import jax
 
-        out, ctx.pullback = jax.vjp(f, to_jax(q), to_jax(k), to_jax(v))
+        with mode():
+            out, ctx.pullback = jax.vjp(f, to_jax(q), to_jax(k), to_jax(v))
         out = to_torch(out)
-        ctx.out_dtype = out.dtype
+        ctx.out_dtype, ctx.mode = out.dtype, mode
         return out
 
     @staticmethod
     def backward(ctx, d_out: torch.Tensor):
-        dq, dk, dv = ctx.pullback(to_jax(d_out.to(ctx.out_dtype)))
-        return None, to_torch(dq), to_torch(dk), to_torch(dv)
+        with ctx.mode():
+            dq, dk, dv = ctx.pullback(to_jax(d_out.to(ctx.out_dtype)))
+        return None, None, to_torch(dq), to_torch(dk), to_torch(dv)
 
 
-def call(f: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``f`` on torch tensors; differentiable when an input requires grad."""
+def call(f: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+         mode: Callable = contextlib.nullcontext) -> torch.Tensor:
+    """``f`` on torch tensors, inside ``mode()``; differentiable when an input requires grad."""
     if q.device.type != "cpu":
         raise NotImplementedError(f"interpret-mode Pallas runs on CPU tensors, not {q.device}")
     for x in (q, k, v):
@@ -68,5 +73,6 @@ def call(f: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
             raise NotImplementedError(f"jax adapters take {[str(d) for d in JAX_DTYPES]}, not {x.dtype} "
                                       "(jax_enable_x64 is off)")
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
-        return JaxFunction.apply(f, q, k, v)
-    return to_torch(f(to_jax(q), to_jax(k), to_jax(v)))
+        return JaxFunction.apply(f, mode, q, k, v)
+    with mode():
+        return to_torch(f(to_jax(q), to_jax(k), to_jax(v)))

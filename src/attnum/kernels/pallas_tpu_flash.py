@@ -7,7 +7,8 @@ requires; a bool mask as ``ab`` = 0 where True and -inf where False (SDPA's defi
 mask). ``is_causal`` maps to ``causal`` (top-left: ``q_index >= k_index``), and may be combined with a
 mask. Blocks are ``min(128, N)`` and ``min(128, S)`` (the defaults, capped at the lengths, as the kernel
 requires block <= length). Refused (NotImplementedError): GQA, a V head dim unlike d, float64, S = 0,
-and lengths that are not multiples of those blocks. Backward: the kernel's ``custom_vjp``.
+and lengths that are not multiples of those blocks. Backward: the kernel's ``custom_vjp``, run in interpret
+mode too; it needs N and S to be multiples of 128 (refused otherwise).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if n % bq or s % bk:
         raise NotImplementedError(f"pallas tpu flash_attention needs N={n} and S={s} to be multiples of "
                                   f"its blocks ({bq}, {bk})")
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)) and (n % BLOCK or s % BLOCK):
+        # Its backward keeps the l, m residuals 128 lanes wide (MIN_BLOCK_SIZE): shorter blocks fail inside.
+        raise NotImplementedError(f"pallas tpu flash_attention's backward needs N={n} and S={s} to be multiples "
+                                  f"of {BLOCK}")
     blocks = BlockSizes(block_q=bq, block_k_major=bk, block_k=bk, block_b=1, block_q_major_dkv=bq,
                         block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq, block_k_major_dq=bk,
                         block_k_dq=bk, block_q_dq=bq)
@@ -64,7 +69,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     ab = jax_bridge.to_jax(bias) if bias is not None else None
 
     def f(q, k, v):
-        with pltpu.force_tpu_interpret_mode():
-            return flash_attention(q, k, v, ab, causal=bool(is_causal), sm_scale=sm_scale, block_sizes=blocks)
+        return flash_attention(q, k, v, ab, causal=bool(is_causal), sm_scale=sm_scale, block_sizes=blocks)
 
-    return jax_bridge.call(f, query, key, value)
+    # The backward's pallas_calls are traced when the pullback runs: interpret mode must hold then too.
+    return jax_bridge.call(f, query, key, value, mode=pltpu.force_tpu_interpret_mode)
