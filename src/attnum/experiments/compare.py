@@ -159,7 +159,7 @@ FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "dist": (f"one of {DISTS}", lambda v: v in DISTS),
     "logit_scale": ("a positive finite number (multiplies Q)",
                     lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")),
-    "seed": ("a non-negative integer", lambda v: _int(v) and v >= 0),
+    "seed": ("an integer in [0, 2**32 - 1]", lambda v: _int(v) and 0 <= v < 2**32),  # derived seeds fit 64 bits
     "device": (f"one of {DEVICES}", lambda v: v in DEVICES),
 }
 
