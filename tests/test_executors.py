@@ -27,6 +27,7 @@ def test_progress_reports_every_point_and_failures(quiet):
     text = stream.getvalue()
     assert "3 points to run, 2 already done" in text and "t: 3/3 points" in text and "1 failed" in text
     assert "ValueError: x" in text
-    # quiet, or a stream that is not a terminal (a StringIO, a log, CI): one plain line per point;
-    # the rich bar is for terminals only, where it redraws (issue 13: nothing for minutes in a log)
+    # quiet: one plain line per point; a stream that is not a terminal (a StringIO, a log, CI) gets
+    # failures at once and heartbeats; the rich bar is for terminals only, where it redraws (issue 13)
     assert "[2/3] p2 FAILED" in text and "eta" in text
+    assert ("[1/3] p1 ok" in text) == quiet

@@ -360,19 +360,25 @@ def test_long_commands_print_plain_progress_off_a_terminal(title, module, name, 
     assert lines[-1].startswith(f"attnum {title}: finished in "), lines
 
 
-def test_sweep_progress_off_a_terminal_is_a_line_per_point():
+def test_sweep_progress_off_a_terminal_is_heartbeats_and_failures(monkeypatch):
     import io
+    import time
 
     from attnum.report.progress import SweepProgress
 
+    monkeypatch.setenv("ATTNUM_PROGRESS_INTERVAL", "0.05")
     log = io.StringIO()  # not a terminal, and not --quiet
-    with SweepProgress(total=2, skipped=1, title="t", quiet=False, stream=log) as p:
+    with SweepProgress(total=3, skipped=1, title="t", quiet=False, stream=log) as p:
         p.advance("a", {"status": "done", "wall_s": 0.1})
+        time.sleep(0.3)
         p.advance("b", {"status": "failed", "error": "boom", "wall_s": 0.2})
+        p.advance("c", {"status": "done", "wall_s": 0.1})
     lines = log.getvalue().splitlines()
-    assert lines[0] == "t: 2 points to run, 1 already done (skipped)"
-    assert lines[1].startswith("[1/2] a ok") and lines[2].startswith("[2/2] b FAILED boom")
-    assert lines[3].startswith("t: 2/2 points in ") and len(lines) == 4
+    assert lines[0] == "t: 3 points to run, 1 already done (skipped)"
+    assert any(line.startswith("attnum t: running, ") and ", 1/3, 0 failed, eta " in line for line in lines), lines
+    assert sum(line.startswith("[2/3] b FAILED boom") for line in lines) == 1
+    assert not any(" a ok " in line or " c ok " in line for line in lines)  # successes only in heartbeats
+    assert lines[-1].startswith("t: 3/3 points in ") and lines[-1].endswith("1 failed")
 
 
 def test_sweep_progress_on_a_terminal_is_rich_s_bar():

@@ -123,8 +123,10 @@ class Activity:
 class SweepProgress:
     """Reports each finished point. Use as a context manager around the sweep.
 
-    A rich bar on a terminal; off a terminal (or ``quiet``) one plain line per point, and an
-    :class:`Activity` heartbeat between points that take longer than an interval."""
+    A rich bar on a terminal. ``quiet``: one plain line per point. Off a terminal without ``quiet``
+    (CI, nohup, a log): a line per failed point at once, and an :class:`Activity` heartbeat every
+    interval saying how many points are done, failed, and the ETA -- a few lines a minute, however
+    many points."""
 
     def __init__(self, *, total: int, skipped: int, title: str, quiet: bool, stream: TextIO | None = None) -> None:
         self.total, self.skipped, self.title, self.quiet = total, skipped, title, quiet
@@ -183,15 +185,17 @@ class SweepProgress:
             return
         elapsed = time.perf_counter() - self._t0
         eta = elapsed / self.done * (self.total - self.done)
-        state = f"FAILED {result.get('error')}" if failed else "ok"
-        print(
-            f"[{self.done}/{self.total}] {label} {state} {result.get('wall_s', 0.0):.2f}s eta {eta:.0f}s",
-            file=self.stream,
-            flush=True,
-        )
         if self._beat is not None:
             self._beat.update(done=self.done, label=f"{self.failed} failed, eta {eta:.0f}s")
-            self._beat.printed()
+        if self.quiet or failed:  # off a terminal without --quiet: failures at once, the rest in heartbeats
+            state = f"FAILED {result.get('error')}" if failed else "ok"
+            print(
+                f"[{self.done}/{self.total}] {label} {state} {result.get('wall_s', 0.0):.2f}s eta {eta:.0f}s",
+                file=self.stream,
+                flush=True,
+            )
+            if self._beat is not None:
+                self._beat.printed()
 
     def __exit__(self, *exc: object) -> None:
         if self._beat is not None:
