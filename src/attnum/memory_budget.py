@@ -96,7 +96,11 @@ def available_bytes() -> tuple[int, str]:
 
 
 def gb(n: int) -> str:
-    return f"{n / 1e9:.3g} GB"
+    """``1.48 TB``, ``22.9 GB``, ``512 MB``: three significant digits in the largest unit that fits."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} bytes"
 
 
 def require(need: int, what: str, lower: str) -> None:
