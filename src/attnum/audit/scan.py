@@ -99,11 +99,6 @@ RULES = (
 )
 _RULE = {r.name: r for r in RULES}
 _ORDER = {r.name: i for i, r in enumerate(RULES)}
-_BIGISH = sr.re.compile(r"\d\d\d\d|\d\.?[eE]\+?\d|\d_\d")  # bounded alternatives: a literal >= 1e3 is possible
-_SENTINEL_HINTS = ("-", "finfo", "numeric_limits")
-_MASK_HINTS = ("mask", "inf", "INFINITY")
-_LSE_HINTS = ("lse", "LSE", "logsumexp", "log_sum_exp")
-_BASE2_HINTS = ("exp2", "log2", "ex2", "lg2", "LOG2E")
 
 
 def scan_text(text: str, path: str, *, python: bool) -> list[Finding]:
@@ -113,27 +108,31 @@ def scan_text(text: str, path: str, *, python: bool) -> list[Finding]:
     raw = text.split("\n")  # the one line index of this file: snippets and line numbers both come from it
     lines = sr.code_lines(text, python)
     names = sr.sentinel_names(lines, python)
-    neg_names = {k for k, (_, sign) in names.items() if sign < 0}
     hits: list[set[str]] = [set() for _ in lines]
     masking, lse, b2, be = (bytearray(len(lines)) for _ in range(4))
     for i, line in enumerate(lines):
         if not line or line.isspace():
             continue
-        t = sr.tokens(line)
-        if any(h in line for h in _SENTINEL_HINTS) or (neg_names and not neg_names.isdisjoint(t)):
+        # Substring tests (C speed) decide which token rules can fire; a line is lexed only if one can.
+        t = sr.tokens(line) if names else None
+        if (sr.BIGISH.search(line) or "finfo" in line or "_MAX" in line or "numeric_limits" in line
+                or "HUGE_VAL" in line or "CUDART_INF" in line or (t and not names.keys().isdisjoint(t))):
+            t = t or sr.tokens(line)
             atoms = sr.finfo_atoms(t)
             fin = sr.finfo_exprs(t, atoms)
             sent = sr.sentinels(t, names, fin)
-            if sent or fin or _BIGISH.search(line):
-                hits[i] |= sr.sentinel_hits(t, sent, fin, {k for k, _, kind in atoms if kind == "min"}, python)
-        elif _BIGISH.search(line):
-            hits[i] |= sr.sentinel_hits(t, {}, {}, set(), python)
-        masking[i] = any(h in line for h in _MASK_HINTS) and sr.masking(t)
-        if "tanh" in line and sr.softcap(t):
+            hits[i] |= sr.sentinel_hits(t, sent, fin, {k for k, _, kind in atoms if kind == "min"}, python)
+        if "mask" in line or "inf" in line or "INFINITY" in line:
+            t = t or sr.tokens(line)
+            masking[i] = sr.masking(t)
+        if "tanh" in line and sr.softcap(t or sr.tokens(line)):
             hits[i].add("softcap-after-mask")  # kept only if a mask precedes (below)
-        lse[i] = any(h in line for h in _LSE_HINTS) and sr.lse(t)
-        b2[i] = any(h in line for h in _BASE2_HINTS) and sr.base2(t)
-        be[i] = ("exp" in line or "log" in line) and sr.base_e(t)
+        if "lse" in line or "LSE" in line or "logsumexp" in line or "log_sum_exp" in line:
+            lse[i] = sr.lse(t or sr.tokens(line))
+        if "exp2" in line or "log2" in line or "ex2" in line or "lg2" in line or "LOG2E" in line:
+            b2[i] = sr.base2(t or sr.tokens(line))
+        if "exp" in line or "log" in line:
+            be[i] = sr.base_e(t or sr.tokens(line))
     mask_before, b2_sum, be_sum = _prefix(masking), _prefix(b2), _prefix(be)
     findings: list[Finding] = []
     n = len(lines)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 
 SENTINEL_MIN = 1e3  # below this a literal is not plausibly standing in for infinity
 WINDOW = 8  # lines: how far back a softcap looks for a mask, how far an LSE looks for mixed bases
@@ -32,6 +33,7 @@ _TOKEN = re.compile(r"[A-Za-z_]\w*|(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][-+]?\
 # Comment/string lexers: each alternative consumes a maximal run (escapes in pairs), never revisited.
 _PY_PIECE = re.compile(r"""[^'"#]+|\"\"\"|'''|"(?:[^"\\]|\\.)*(?:"|\\?$)|'(?:[^'\\]|\\.)*(?:'|\\?$)|#""")
 _C_PIECE = re.compile(r"""[^'"/]+|"(?:[^"\\]|\\.)*(?:"|\\?$)|'(?:[^'\\]|\\.)*(?:'|\\?$)|//|/\*|/""")
+BIGISH = re.compile(r"\d\d\d\d|\d\.?[eE]\+?\d|\d_\d")  # fixed-length alternatives: a literal >= 1e3 may be here
 _KEPT_STRINGS = {"-inf", "-infinity"}  # kept so that float("-inf") reads as masking
 
 _INF_NAME = re.compile(r"[A-Za-z_]*(?:infinity|Infinity|INFINITY|inf(?![a-z])|Inf(?![a-z])|INF(?![A-Z])|mask_value|MASK_VALUE|mask_fill|MASK_FILL|"
@@ -163,45 +165,73 @@ def _numeric_limits(t: list[str], k: int) -> tuple[str, int] | None:
 
 
 def sentinel_names(lines: list[str], python: bool) -> dict[str, tuple[str, int]]:
-    """File-local names holding a sentinel's magnitude: name -> (class, sign of the value)."""
+    """File-local names holding a sentinel's magnitude: name -> (class, sign of the value).
+
+    Two passes, each over the few lines that can matter: definitions from a literal or finfo, then
+    one level of plain aliases of those names."""
     direct: dict[str, tuple[str, int]] = {}
-    alias: dict[str, str] = {}
     for line in lines:
-        if "=" not in line and "define" not in line:
-            continue
-        t = tokens(line)
-        fin = finfo_exprs(t, finfo_atoms(t))
-        n = len(t)
-        for i, tok in enumerate(t):
-            if tok == "define" and i >= 1 and t[i - 1] == "#" and i + 2 < n and _is_name(t[i + 1]):
-                v = i + 2 + (t[i + 2] == "(")
-                sign = -1 if t[v:v + 1] == ["-"] else 1
-                v += t[v:v + 1] in (["-"], ["+"])
-                if v == n - 1 - (t[-1] == ")") and _big(t[v]):
-                    direct[t[i + 1]] = ("literal", sign)
-                continue
-            if not _is_name(tok) or (i > 0 and t[i - 1] not in _DEF_AFTER):
-                continue
-            e = _skip_annotation(t, i + 1) if python else i + 1
-            if t[e:e + 1] != ["="]:
-                continue
-            v = e + 1
-            if v in fin and (fin[v][1] >= n or t[fin[v][1]] in _VALUE_END):
-                direct[tok] = ("finfo", fin[v][0])
-                continue
-            v += t[v:v + 1] == ["("]
+        if ("=" in line or "define" in line) and ("finfo" in line or BIGISH.search(line)):
+            for name, value in _defs(tokens(line), python):
+                if not isinstance(value, str):
+                    direct[name] = value
+    names = dict(direct)
+    if direct:
+        for line in lines:
+            if "=" in line:
+                t = tokens(line)
+                if not direct.keys().isdisjoint(t):
+                    for name, value in _defs(t, python):
+                        if isinstance(value, str) and value in direct and name not in names:
+                            names[name] = direct[value]
+    return names
+
+
+def _defs(t: list[str], python: bool) -> Iterator[tuple[str, tuple[str, int] | str]]:
+    """(name, (class, sign)) for ``NAME = [(][-]BIG[)]``, ``NAME = finfo...``, ``#define NAME [(][-]BIG[)]``;
+    (name, other name) for a plain alias ``NAME = OTHER``. NAME follows a statement start, ``(``, ``,``
+    or a C type keyword; Python annotations (``NAME: float = ...``) are allowed."""
+    fin = finfo_exprs(t, finfo_atoms(t)) if "finfo" in t else {}
+    n = len(t)
+    for i, tok in enumerate(t):
+        if tok == "define" and i >= 1 and t[i - 1] == "#" and i + 2 < n and _is_name(t[i + 1]):
+            v = i + 2 + (t[i + 2] == "(")
             sign = -1 if t[v:v + 1] == ["-"] else 1
             v += t[v:v + 1] in (["-"], ["+"])
-            w = v + 1 + (t[v + 1:v + 2] == [")"])
-            if v < n and _big(t[v]) and (w >= n or t[w] in _VALUE_END):
-                direct[tok] = ("literal", sign)
-            elif e + 1 < n and _is_name(t[e + 1]) and (e + 2 >= n or t[e + 2] in _VALUE_END):
-                alias[tok] = t[e + 1]
-    names = dict(direct)
-    for name, target in alias.items():  # one level: an alias of a sentinel name
-        if name not in names and target in direct:
-            names[name] = direct[target]
-    return names
+            if v == n - 1 - (t[-1] == ")") and _big(t[v]):
+                yield t[i + 1], ("literal", sign)
+            continue
+        if tok != "=" or i == 0:
+            continue
+        j = _def_name(t, i, python)
+        if j < 0:
+            continue
+        v = i + 1
+        if v in fin and (fin[v][1] >= n or t[fin[v][1]] in _VALUE_END):
+            yield t[j], ("finfo", fin[v][0])
+            continue
+        v += t[v:v + 1] == ["("]
+        sign = -1 if t[v:v + 1] == ["-"] else 1
+        v += t[v:v + 1] in (["-"], ["+"])
+        w = v + 1 + (t[v + 1:v + 2] == [")"])
+        if v < n and _big(t[v]) and (w >= n or t[w] in _VALUE_END):
+            yield t[j], ("literal", sign)
+        elif i + 1 < n and _is_name(t[i + 1]) and (i + 2 >= n or t[i + 2] in _VALUE_END):
+            yield t[j], t[i + 1]
+
+
+def _def_name(t: list[str], i: int, python: bool) -> int:
+    """Index of the name defined by the ``=`` at i (``NAME =`` or ``NAME: TYPE =``), else -1."""
+    def starts(j: int) -> bool:
+        return _is_name(t[j]) and (j == 0 or t[j - 1] in _DEF_AFTER)
+
+    if i >= 1 and starts(i - 1):
+        return i - 1
+    if python:
+        colon = next((x for x in range(i - 1, max(0, i - 18), -1) if t[x] == ":"), -1)
+        if colon >= 1 and starts(colon - 1) and _skip_annotation(t, colon) == i:
+            return colon - 1
+    return -1
 
 
 def _skip_annotation(t: list[str], k: int) -> int:
