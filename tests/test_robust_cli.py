@@ -485,3 +485,19 @@ def test_console_script_one_line_no_traceback(tmp_path):
                              env=env)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (args, res.stderr)
         assert "Traceback" not in res.stderr and res.stdout == ""
+
+
+# --- an interrupt says so ------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_interrupted_command_says_so_on_stderr(temp_dir, capsys, monkeypatch):
+    """typer turns a KeyboardInterrupt into Exit(130) silently; the CLI must still say why it stopped."""
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_compare, "run_compare", interrupted)
+    code = main(["compare", *TINY])
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert err.strip().splitlines()[-1] == "attnum: interrupted"
+    assert "Traceback" not in err

@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     app = build_app()
     try:
         code = typer.main.get_command(app).main(args=argv, prog_name="attnum", standalone_mode=False)
+        if code == 130:  # typer turns a KeyboardInterrupt (SIGINT, or SIGTERM in a sweep) into Exit(130)
+            print("attnum: interrupted", file=sys.stderr)
         return code if isinstance(code, int) else 0
     except SystemExit as ex:  # a command that calls sys.exit itself
         return ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
