@@ -17,3 +17,22 @@ def test_wasserstein_distance_and_metrics_are_top_level():
 def test_every_name_in_all_exists():
     for name in attnum.__all__:
         assert hasattr(attnum, name), name
+
+
+def test_shadow_export_survives_the_submodule_import():
+    """The root exports shadow lazily; importing the submodule (as integrations do) must not turn
+    ``attnum.shadow(...)`` into "module object is not callable"."""
+    import subprocess
+    import sys
+
+    code = ("import attnum, attnum.shadow, torch\n"
+            "q = torch.randn(1, 1, 4, 8)\n"
+            "with attnum.shadow(candidate='flash:uniform:bf16', reference='golden') as rec:\n"
+            "    torch.nn.functional.scaled_dot_product_attention(q, q, q)\n"
+            "from attnum import shadow\n"
+            "from attnum.shadow import shadow as fn\n"
+            "assert callable(shadow) and callable(fn)\n"
+            "print(len(rec.records))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"

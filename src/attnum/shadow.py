@@ -32,6 +32,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
+import types
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -208,3 +210,18 @@ def shadow(candidate: Any = "torch-sdpa", reference: Any = "golden", *, propagat
             h.remove()
         rec._stack.clear()
     _deliver(rec.records, store)
+
+
+class _CallableModule(types.ModuleType):
+    """``attnum.shadow`` is both this module and its context manager.
+
+    The package root exports ``shadow`` lazily (so ``import attnum`` does not load torch); once any
+    code imports this submodule, Python binds ``attnum.shadow`` to the module, not the function.
+    Calling the module calls :func:`shadow`, so ``with attnum.shadow(...)`` means the same thing
+    whichever import ran first."""
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        return shadow(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
