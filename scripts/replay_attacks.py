@@ -1,0 +1,556 @@
+"""Replay every attack of issue 13 ("Trustworthy under real use") against this checkout's CLI.
+
+Each attack is one thing a new user, a hostile kernel or a bad machine does; each has the behaviour
+the issue asks for. The script runs them all in fresh processes (``python -m attnum ...``, the
+command a user types), prints one line per attack (``ok`` or ``BAD`` with what was seen) and the
+count, and exits 1 if any misbehaved. It is the closing note's count, and it runs from a fresh
+clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 3 minutes on 2 cores).
+
+The pytest suite covers the same ground case by case (tests/test_robust_*.py); this is the
+end-to-end view of the issue's list, in its order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from _sweep_helpers import TINY_SPEC as _TWO_SEEDS  # noqa: E402 - the test suite's tiny spec
+
+TINY_SPEC = _TWO_SEEDS.replace("seed = [0, 1]", "seed = [0, 1, 2, 3]")  # 64 points, ~7 s
+KILL_SPEC = TINY_SPEC.replace("seq_len = [48, 80]", "seq_len = [512, 1024, 2048]").replace(
+    "seed = [0, 1, 2, 3]", "seed = [0, 1, 2, 3, 4, 5, 6, 7]")  # long enough to be killed mid-run
+CHEAP = ["--dtype", "bf16", "--probes", "odd-lengths,scale-argument"]
+ATTACKS: list[tuple[str, str, Callable[[Path], tuple[bool, str]]]] = []
+
+
+def attack(section: str, name: str):
+    def register(fn):
+        ATTACKS.append((section, name, fn))
+        return fn
+    return register
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ, OMP_NUM_THREADS="1", ATTNUM_PROGRESS_INTERVAL="1")
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), e.get("PYTHONPATH")]))
+    return e
+
+
+def cli(*args: str, cwd: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnum", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, env=env(), timeout=timeout, **kw)
+
+
+def popen(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "attnum", *map(str, args)], cwd=cwd, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def one_line_error(p: subprocess.CompletedProcess, code: int = 2, *must: str, after_progress: bool = False
+                   ) -> tuple[bool, str]:
+    """Exit ``code``, exactly one stderr line, no traceback, and each of ``must`` in that line.
+    ``after_progress``: a run that had started may have printed progress lines before its error."""
+    lines = p.stderr.strip().splitlines()
+    if after_progress:
+        lines = [ln for ln in lines if ln.startswith("attnum: error:")] if lines and lines[-1].startswith("attnum: error:") else lines
+    ok = (p.returncode == code and len(lines) == 1 and "Traceback" not in p.stderr + p.stdout
+          and all(m in lines[0] for m in must))
+    return ok, f"exit {p.returncode}: {lines[-1] if lines else '(no stderr)'}"[:160]
+
+
+def strict_json(text: str) -> object:
+    def refuse(c):
+        raise ValueError(f"bare {c} in JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def target(tmp: Path, name: str, body: str) -> str:
+    path = tmp / f"{name}.py"
+    path.write_text("import torch\nimport torch.nn.functional as F\n" + body)
+    return f"{path}:attention"
+
+
+SDPA = "def attention(q, k, v, **kw):\n    return F.scaled_dot_product_attention(q, k, v, **kw)\n"
+
+
+# -- 1. the auditor ---------------------------------------------------------------------------------
+
+@attack("audit", "target calls sys.exit(0) at import (with --json)")
+def _(tmp):
+    t = target(tmp, "exit_import", "import sys\nsys.exit(0)\n" + SDPA)
+    p = cli("audit", t, *CHEAP, "--json", cwd=tmp)
+    try:
+        doc = strict_json(p.stdout)
+        statuses = {r["verdict"] for r in doc["probes"]}
+    except (ValueError, KeyError, TypeError) as why:
+        return False, f"exit {p.returncode}, stdout not strict JSON: {why}"
+    return p.returncode == 1 and "exited" in statuses, f"exit {p.returncode}, statuses {sorted(statuses)}"
+
+
+@attack("audit", "target calls sys.exit(0) inside a probe")
+def _(tmp):
+    t = target(tmp, "exit_probe", "import sys\ndef attention(q, k, v, **kw):\n    sys.exit(0)\n")
+    p = cli("audit", t, *CHEAP, cwd=tmp)
+    return p.returncode == 1 and "exited" in p.stdout, f"exit {p.returncode}"
+
+
+@attack("audit", "target calls os._exit(0) inside a probe")
+def _(tmp):
+    t = target(tmp, "os_exit", "import os\ndef attention(q, k, v, **kw):\n    os._exit(0)\n")
+    p = cli("audit", t, *CHEAP, cwd=tmp)
+    return p.returncode == 1 and "exited" in p.stdout, f"exit {p.returncode}"
+
+
+@attack("audit", "target segfaults; the audit continues to the next probe")
+def _(tmp):
+    t = target(tmp, "segv", "import ctypes\ndef attention(q, k, v, **kw):\n"
+                            "    if q.shape[-2] == 2:\n        ctypes.string_at(0)\n"
+                            "    return F.scaled_dot_product_attention(q, k, v, **kw)\n")
+    p = cli("audit", t, *CHEAP, "--json", cwd=tmp)
+    try:
+        rows = {r["name"]: r["verdict"] for r in strict_json(p.stdout)["probes"]}
+    except (ValueError, KeyError, TypeError) as why:
+        return False, f"exit {p.returncode}: {why}"
+    ok = p.returncode == 1 and rows.get("odd-lengths") == "crashed" and rows.get("scale-argument") == "pass"
+    return ok, f"exit {p.returncode}, rows {rows}"
+
+
+@attack("audit", "target hangs: a per-case timeout, then the next probe")
+def _(tmp):
+    t = target(tmp, "hang", "import time\ndef attention(q, k, v, **kw):\n"
+                            "    if q.shape[-2] == 2:\n        time.sleep(3600)\n"
+                            "    return F.scaled_dot_product_attention(q, k, v, **kw)\n")
+    t0 = time.perf_counter()
+    p = cli("audit", t, *CHEAP, "--timeout", "5", "--json", cwd=tmp)
+    rows = {r["name"]: r["verdict"] for r in strict_json(p.stdout)["probes"]} if p.stdout.strip() else {}
+    wall = time.perf_counter() - t0
+    return p.returncode == 1 and rows.get("odd-lengths") == "timed out" and wall < 120, f"exit {p.returncode}, {rows}, {wall:.0f}s"
+
+
+@attack("audit", "target refuses every case: nothing tested (exit 3), never PASSED")
+def _(tmp):
+    t = target(tmp, "refuse", "def attention(q, k, v, **kw):\n    raise NotImplementedError('no')\n")
+    p = cli("audit", t, *CHEAP, cwd=tmp)
+    return p.returncode == 3 and "PASSED" not in p.stdout, f"exit {p.returncode}"
+
+
+@attack("audit", "target returns float64 for bf16 inputs")
+def _(tmp):
+    t = target(tmp, "f64", "def attention(q, k, v, **kw):\n"
+                           "    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw)\n")
+    p = cli("audit", t, *CHEAP, cwd=tmp)
+    return p.returncode == 1 and "dtype" in p.stdout, f"exit {p.returncode}"
+
+
+BOTTOM_RIGHT = """
+import attnum
+def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    out = attnum.golden_attention(q, k, v, is_causal=is_causal, scale=scale,
+                                  causal_alignment="bottom_right" if is_causal else "top_left")
+    return out.to(q.dtype)
+attention.attnum_causal_alignment = "bottom_right"
+"""
+
+
+@attack("audit", "batch-invariance: a correct bottom-right kernel (declared) is not a false alarm")
+def _(tmp):
+    p = cli("audit", target(tmp, "br", BOTTOM_RIGHT), "--dtype", "fp32", "--probes", "batch-invariance", cwd=tmp)
+    return p.returncode == 0, f"exit {p.returncode}"
+
+
+@attack("audit", "moderate float bias: a kernel adding the bias before the scale fails")
+def _(tmp):
+    t = target(tmp, "bias_first", "import math\ndef attention(q, k, v, attn_mask=None, is_causal=False, scale=None, **kw):\n"
+                                   "    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])\n"
+                                   "    x = q.float() @ k.float().transpose(-1, -2)\n"
+                                   "    if attn_mask is not None and attn_mask.dtype != torch.bool:\n"
+                                   "        x = x + attn_mask.float()\n"
+                                   "    elif attn_mask is not None:\n"
+                                   "        x = x.masked_fill(~attn_mask, -math.inf)\n"
+                                   "    return (torch.softmax(x * s, -1) @ v.float()).to(q.dtype)\n")
+    p = cli("audit", t, "--dtype", "fp32", "--probes", "float-bias", cwd=tmp)
+    return p.returncode == 1 and "fail" in p.stdout, f"exit {p.returncode}"
+
+
+@attack("audit", "extreme-value probes run at N = S = a tile multiple; gradient probes at N % 128 == 0")
+def _(tmp):
+    p = cli("audit", "torch-sdpa-math", "--dtype", "bf16", "--probes", "qk-overflow,grad-tile-tail", "--json", cwd=tmp)
+    labels = {r["name"]: " ".join(c["label"] for c in r.get("cases", [])) for r in strict_json(p.stdout)["probes"]}
+    ok = p.returncode == 0 and "128" in labels.get("qk-overflow", "") and "128" in labels.get("grad-tile-tail", "")
+    return ok, f"exit {p.returncode}, labels: {labels}"[:160]
+
+
+# -- 2. the scanner ---------------------------------------------------------------------------------
+
+@attack("scan", "a folder under .venv/ is scanned (skip rules apply only below the root)")
+def _(tmp):
+    pkg = tmp / ".venv" / "lib" / "site-packages" / "kern"
+    pkg.mkdir(parents=True)
+    (pkg / "k.py").write_text("MASK_VALUE = -5e4\n")
+    p = cli("scan", pkg, cwd=tmp)
+    return p.returncode == 1 and "k.py:1" in p.stdout, f"exit {p.returncode}: {p.stdout.strip().splitlines()[-1:]}"
+
+
+@attack("scan", "a pathological line ('m = ' + 5,000 spaces) in linear time")
+def _(tmp):
+    (tmp / "p.py").write_text("m = " + " " * 5000 + "\n" + "x = (" * 2000 + "\n" + "-" * 20000 + "1e\n")
+    t0 = time.perf_counter()
+    p = cli("scan", tmp / "p.py", cwd=tmp, timeout=120)
+    wall = time.perf_counter() - t0
+    return p.returncode in (0, 1) and wall < 20, f"exit {p.returncode} in {wall:.1f}s (was 459 s)"
+
+
+@attack("scan", "a 50 MB file in bounded time, line numbers right")
+def _(tmp):
+    line = "    x = torch.where(mask, scores, scores)  # plain\n"
+    n = 50_000_000 // len(line)
+    (tmp / "big.py").write_text(line * n + "neg = -50000.0\ns = s.masked_fill(m, neg)\n")
+    t0 = time.perf_counter()
+    p = cli("scan", tmp / "big.py", cwd=tmp, timeout=600)
+    wall = time.perf_counter() - t0
+    ok = p.returncode == 1 and f"big.py:{n + 2}:" in p.stdout and wall < 120
+    return ok, f"exit {p.returncode} in {wall:.1f}s (was 157 s)"
+
+
+@attack("scan", "finfo-derived fills and named mask constants are found")
+def _(tmp):
+    (tmp / "f.py").write_text("import numpy as np, torch\n"
+                              "s = s.masked_fill(~m, -torch.finfo(s.dtype).max)\n"
+                              "DEFAULT_MASK_VALUE = -0.7 * float(np.finfo(np.dtype('float32')).max)\n")
+    p = cli("scan", tmp / "f.py", cwd=tmp)
+    return p.returncode == 1 and "f.py:2:" in p.stdout and "f.py:3:" in p.stdout, f"exit {p.returncode}"
+
+
+@attack("scan", "an unreadable (missing) path is exit 2, never '0 files'")
+def _(tmp):
+    return one_line_error(cli("scan", tmp / "nope", cwd=tmp), 2, "nope")
+
+
+@attack("scan", "a folder with no source files is exit 2, never '0 files, exit 0'")
+def _(tmp):
+    (tmp / "empty").mkdir()
+    return one_line_error(cli("scan", tmp / "empty", cwd=tmp), 2)
+
+
+@attack("scan", "--package transformers from inside a venv reads files")
+def _(tmp):
+    p = cli("scan", "--package", "transformers", "--json", cwd=tmp, timeout=600)
+    if p.returncode == 2 and "not installed" in p.stderr:
+        return True, "transformers not installed here (exit 2, one line)"
+    try:
+        n = strict_json(p.stdout)["files_scanned"]
+    except (ValueError, KeyError) as why:
+        return False, f"exit {p.returncode}: {why}"
+    return p.returncode in (0, 1) and n > 100, f"exit {p.returncode}, {n} files"
+
+
+# -- 3. the store and processes -----------------------------------------------------------------
+
+def _spec(tmp: Path, text: str = TINY_SPEC) -> Path:
+    (tmp / "spec.toml").write_text(text)
+    return tmp / "spec.toml"
+
+
+def _wait_rows(db: Path, n: int, limit: float = 120) -> None:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+                if c.execute("SELECT count(*) FROM points WHERE status='done'").fetchone()[0] >= n:
+                    return
+        except sqlite3.Error:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"fewer than {n} rows after {limit}s")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid or int(fields[2]) == pid:  # parent, or process group
+                out.append(int(d.name))
+    return out
+
+
+@attack("store", "two sweeps on one --out: the second is refused, naming the first")
+def _(tmp):
+    first = popen("sweep", _spec(tmp), "--out", "o", "--jobs", "2", cwd=tmp)
+    try:
+        _wait_rows(tmp / "o" / "attnum.sqlite", 1)
+        second = cli("sweep", tmp / "spec.toml", "--out", "o", cwd=tmp)
+        return one_line_error(second, 2, str(first.pid))
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+
+
+@attack("store", "SIGKILL with --jobs 2: no worker survives, attnum.sqlite alone has the rows, run shows killed")
+def _(tmp):
+    p = popen("sweep", _spec(tmp, KILL_SPEC), "--out", "o", "--jobs", "2", cwd=tmp)
+    db = tmp / "o" / "attnum.sqlite"
+    _wait_rows(db, 4)
+    time.sleep(11)  # past one periodic checkpoint
+    if p.poll() is not None:
+        return False, "the sweep finished before it could be killed: make KILL_SPEC larger"
+    kids = _children(p.pid)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=30)
+    deadline = time.time() + 10
+    alive = kids
+    while alive and time.time() < deadline:
+        alive = [k for k in kids if Path(f"/proc/{k}").exists() and "Z" not in Path(f"/proc/{k}/stat").read_text().rsplit(")", 1)[1][:3]]
+        time.sleep(0.2)
+    (tmp / "copy").mkdir()
+    (tmp / "copy" / "attnum.sqlite").write_bytes(db.read_bytes())  # the main file alone, no -wal
+    with sqlite3.connect(tmp / "copy" / "attnum.sqlite") as c:
+        rows = c.execute("SELECT count(*) FROM points").fetchone()[0]
+    runs = cli("runs", "o", cwd=tmp)
+    ok = not alive and rows > 0 and "killed" in runs.stdout
+    return ok, f"{len(kids)} workers, {len(alive)} alive after kill; copied file has {rows} rows; runs says killed: {'killed' in runs.stdout}"
+
+
+@attack("store", "a failed point never replaces a finished one")
+def _(tmp):
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from attnum.store import Store\n"
+            "s = Store(sys.argv[2]); s.bind_spec(name='t', spec_hash='h', canonical={}, source='')\n"
+            "s.plan([('k', 'compare', (), {})]); r = s.begin_run(command='t', n_todo=1, executor='x', jobs=1)\n"
+            "s.write({'key': 'k', 'status': 'done', 'metrics': {'a': 1.0}}, r)\n"
+            "s.write({'key': 'k', 'status': 'failed', 'error': 'boom'}, r)\n"
+            "print([x['status'] for x in s.rows(status=None)])\n")
+    (tmp / "o").mkdir()
+    p = subprocess.run([sys.executable, "-c", code, str(ROOT / "src"), str(tmp / "o")], capture_output=True, text=True)
+    return p.returncode == 0 and p.stdout.strip() == "['done']", f"exit {p.returncode}: {(p.stdout + p.stderr).strip()[-150:]}"
+
+
+@attack("store", "--out x.sqlite is refused (a folder is required)")
+def _(tmp):
+    return one_line_error(cli("sweep", _spec(tmp), "--out", "x.sqlite", cwd=tmp), 2, "x.sqlite")
+
+
+@attack("store", "another program's SQLite file is never touched")
+def _(tmp):
+    (tmp / "other").mkdir()
+    db = tmp / "other" / "attnum.sqlite"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE accounts (id INTEGER, owner TEXT)")
+    before = db.read_bytes(), db.stat().st_mtime_ns
+    ok, seen = one_line_error(cli("sweep", _spec(tmp), "--out", "other", cwd=tmp), 2)
+    return ok and (db.read_bytes(), db.stat().st_mtime_ns) == before and not (tmp / "other" / "attnum.lock").exists(), seen
+
+
+@attack("store", "read-only commands (runs, export, report) leave the store's bytes and mtime alone")
+def _(tmp):
+    p = cli("sweep", _spec(tmp), "--out", "o", cwd=tmp)
+    db = tmp / "o" / "attnum.sqlite"
+    before = db.read_bytes(), db.stat().st_mtime_ns
+    codes = [cli(*a, cwd=tmp).returncode for a in (("runs", "o"), ("export", "o", "-o", tmp / "x.csv"), ("report", "o"))]
+    return p.returncode == 0 and codes == [0, 0, 0] and (db.read_bytes(), db.stat().st_mtime_ns) == before, f"exits {codes}"
+
+
+# -- 4. tracebacks and unclear messages --------------------------------------------------------
+
+@attack("cli", "--out is an existing file (sweep, reproduce, diverge)")
+def _(tmp):
+    (tmp / "f").write_text("x")
+    res = [one_line_error(cli(*a, cwd=tmp), 2) for a in (("sweep", _spec(tmp), "--out", "f"),
+                                                          ("reproduce", "--profile", "quick", "--out", "f"),
+                                                          ("diverge", "--out", "f"))]
+    return all(r[0] for r in res), "; ".join(r[1] for r in res)[:160]
+
+
+@attack("cli", "-o names a directory (export writes into it; audit --html refuses)")
+def _(tmp):
+    cli("sweep", _spec(tmp), "--out", "o", cwd=tmp)
+    (tmp / "d").mkdir()
+    e = cli("export", "o", "-o", "d", cwd=tmp)
+    a = cli("audit", "torch-sdpa-math", *CHEAP, "--html", "d", cwd=tmp)
+    ok_a, seen = one_line_error(a, 2, "d")
+    return e.returncode == 0 and (tmp / "d" / "points.csv").is_file() and ok_a, f"export exit {e.returncode}; audit {seen}"
+
+
+@attack("cli", "a corrupt store: one line naming the file, for every command that opens one")
+def _(tmp):
+    (tmp / "bad").mkdir()
+    (tmp / "bad" / "attnum.sqlite").write_bytes(b"this is not a database" * 100)
+    cmds = (("runs", "bad"), ("export", "bad"), ("report", "bad"), ("sweep", _spec(tmp), "--out", "bad"),
+            ("reproduce", "--profile", "quick", "--out", "bad"))
+    res = [one_line_error(cli(*a, cwd=tmp), 2, "attnum.sqlite") for a in cmds]
+    return all(r[0] for r in res), f"{sum(r[0] for r in res)}/{len(res)}: " + "; ".join(r[1] for r in res if not r[0])[:120]
+
+
+@attack("cli", "a full disk (-o /dev/full) and a read-only one (/proc): one line")
+def _(tmp):
+    cli("sweep", _spec(tmp), "--out", "o", cwd=tmp)
+    full = one_line_error(cli("export", "o", "-o", "/dev/full", cwd=tmp), 2)
+    ro = one_line_error(cli("export", "o", "-o", "/proc/attnum.csv", cwd=tmp), 2)
+    return full[0] and ro[0], f"{full[1]} | {ro[1]}"[:160]
+
+
+def _mount_tmpfs(where: Path, options: str) -> bool:
+    """A real small or read-only filesystem (root only; False where mounting is not permitted)."""
+    where.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+def _umount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@attack("cli", "a real read-only filesystem (tmpfs remounted ro): readers work, a writer gets one line")
+def _(tmp):
+    mnt = tmp / "ro"
+    if not _mount_tmpfs(mnt, "size=16m"):
+        return True, "not run: mount is not permitted here (the /dev/full and monkeypatched tests stand)"
+    try:
+        first = cli("sweep", _spec(tmp), "--out", mnt / "o", cwd=tmp)
+        if subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode:
+            return False, "could not remount read-only"
+        runs = cli("runs", mnt / "o", cwd=tmp)
+        export = cli("export", mnt / "o", "-o", tmp / "x.csv", cwd=tmp)
+        (tmp / "more.toml").write_text(TINY_SPEC.replace("seed = [0, 1, 2, 3]", "seed = [0, 1, 2, 3, 4]"))
+        write = one_line_error(cli("sweep", tmp / "more.toml", "--out", mnt / "o", cwd=tmp), 2)
+        ok = first.returncode == 0 and runs.returncode == 0 and export.returncode == 0 and write[0]
+        return ok, f"runs exit {runs.returncode}, export exit {export.returncode}; sweep {write[1]}"
+    finally:
+        _umount(mnt)
+
+
+@attack("cli", "a real full filesystem (a 1 MB tmpfs): one line, finished rows kept")
+def _(tmp):
+    mnt = tmp / "full"
+    if not _mount_tmpfs(mnt, "size=1m"):
+        return True, "not run: mount is not permitted here (the /dev/full and monkeypatched tests stand)"
+    try:
+        (tmp / "big.toml").write_text(TINY_SPEC.replace("seed = [0, 1, 2, 3]", f"seed = {list(range(64))}"))
+        p = cli("sweep", tmp / "big.toml", "--out", mnt / "o", cwd=tmp)
+        ok, seen = one_line_error(p, 2, "disk is full", after_progress=True)
+        with sqlite3.connect(f"file:{mnt / 'o' / 'attnum.sqlite'}?mode=ro", uri=True) as c:
+            rows = c.execute("SELECT count(*) FROM points WHERE status='done'").fetchone()[0]
+        return ok and rows > 0, f"{seen}; {rows} done rows readable"
+    finally:
+        _umount(mnt)
+
+
+@attack("cli", "compare --seq-len 10000000 is refused before allocating")
+def _(tmp):
+    t0 = time.perf_counter()
+    ok, seen = one_line_error(cli("compare", "--seq-len", "10000000", cwd=tmp), 2, "memory")
+    return ok and time.perf_counter() - t0 < 30, seen
+
+
+@attack("cli", "--seed 99999999999999999999")
+def _(tmp):
+    return one_line_error(cli("compare", "--seed", "99999999999999999999", cwd=tmp), 2, "seed")
+
+
+@attack("cli", "audit --k inf")
+def _(tmp):
+    return one_line_error(cli("audit", "torch-sdpa-math", "--k", "inf", cwd=tmp), 2, "k")
+
+
+@attack("cli", "logit_scale = 1e308 (golden is non-finite): an error, not a result")
+def _(tmp):
+    return one_line_error(cli("compare", "--seq-len", "32", "--logit-scale", "1e308", cwd=tmp), 2, "logit_scale")
+
+
+@attack("cli", "--json never prints bare NaN (audit of a kernel returning NaN)")
+def _(tmp):
+    t = target(tmp, "nan", "def attention(q, k, v, **kw):\n    return torch.full_like(q, float('nan'))\n")
+    p = cli("audit", t, *CHEAP, "--json", cwd=tmp)
+    try:
+        doc = strict_json(p.stdout)
+    except ValueError as why:
+        return False, str(why)
+    return p.returncode == 1 and "nonfinite" in json.dumps(doc), f"exit {p.returncode}"
+
+
+@attack("cli", "diverge --checkpoints with an all-NaN tensor does not report max|dW| 0")
+def _(tmp):
+    code = ("import sys, torch; from safetensors.torch import save_file\n"
+            "for name, fill in (('a', 1.0), ('b', float('nan'))):\n"
+            "    import os; os.makedirs(name, exist_ok=True)\n"
+            "    save_file({'w': torch.full((4, 4), fill), 'u': torch.ones(3)}, f'{name}/step_000001.safetensors')\n")
+    subprocess.run([sys.executable, "-c", code], cwd=tmp, check=True)
+    p = cli("diverge", "--checkpoints", "a", "b", "--out", "d", "--json", cwd=tmp)
+    try:
+        text = json.dumps(strict_json(p.stdout))
+    except ValueError as why:
+        return False, f"exit {p.returncode}: {why}"
+    pair = json.loads(text)["pairs"][0]
+    ok = p.returncode == 0 and pair["max_abs"] is None and pair["nonfinite"]["max_abs"] == "nan"
+    return ok, f"exit {p.returncode}: max_abs {pair['max_abs']}, nonfinite {pair.get('nonfinite')}"
+
+
+# -- 5. everyday use ----------------------------------------------------------------------------
+
+@attack("everyday", "a long command off a terminal prints progress lines")
+def _(tmp):
+    p = cli("sweep", _spec(tmp), "--out", "o", cwd=tmp)  # ~7 s; ATTNUM_PROGRESS_INTERVAL=1 here
+    lines = [ln for ln in p.stderr.splitlines() if "elapsed" in ln]
+    return p.returncode == 0 and len(lines) >= 1, f"exit {p.returncode}, {len(lines)} progress line(s)"
+
+
+@attack("everyday", "attnum --version")
+def _(tmp):
+    p = cli("--version", cwd=tmp)
+    return p.returncode == 0 and p.stdout.startswith("attnum "), p.stdout.strip()
+
+
+@attack("everyday", "--help in under 1 s (best of 3), without torch")
+def _(tmp):
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        p = cli("--help", cwd=tmp)
+        walls.append(time.perf_counter() - t0)
+    return p.returncode == 0 and min(walls) < 1.0, f"best {min(walls):.2f}s"
+
+
+@attack("everyday", "conventional metavars (no <bool>, <list[...]>) in every sub-command's help")
+def _(tmp):
+    bad = []
+    for sub in ("compare", "attribute", "validate", "sweep", "reproduce", "runs", "export", "report", "diverge",
+                "decode", "audit", "scan", "spec", "spec-audit", "ring", "fp8-table"):
+        out = cli(sub, "--help", cwd=tmp).stdout
+        if "<bool>" in out or "<list" in out or "<float>" in out or "<int>" in out:
+            bad.append(sub)
+    return not bad, f"bad: {bad}" if bad else "all conventional"
+
+
+def main() -> int:
+    only = sys.argv[1:]
+    results = []
+    for section, name, fn in ATTACKS:
+        if only and not any(o in name for o in only):
+            continue
+        with tempfile.TemporaryDirectory(prefix="attnum-attack-") as d:
+            t0 = time.perf_counter()
+            try:
+                ok, seen = fn(Path(d))
+            except Exception as exc:  # noqa: BLE001 - a replay that breaks is a misbehaviour to report
+                ok, seen = False, f"{type(exc).__name__}: {exc}"[:160]
+            results.append(ok)
+            print(f"{'ok ' if ok else 'BAD'}  {section:8s} {name}  [{time.perf_counter() - t0:.0f}s] {seen}", flush=True)
+    print(f"{sum(results)} of {len(results)} attacks behaved as issue 13 asks")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
