@@ -37,3 +37,19 @@ def test_strict_makes_behaviour_notes_fail():
     with pytest.raises(AssertionError, match="nonfinite-masked-kv"):
         assert_attention_close(F.scaled_dot_product_attention, dtypes="fp32", probes="nonfinite-masked-kv",
                                strict=True)
+
+
+def test_a_declared_convention_is_honoured():
+    """A bottom-right kernel that says so passes batch-invariance and causal-alignment through the
+    helper; an explicit causal_alignment= overrides the declaration (and then it fails)."""
+    import attnum
+
+    def bottom_right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        align = "bottom_right" if is_causal else "top_left"
+        return attnum.golden_attention(q, k, v, is_causal=is_causal, scale=scale, causal_alignment=align).to(q.dtype)
+
+    bottom_right.attnum_causal_alignment = "bottom_right"
+    report = assert_attention_close(bottom_right, dtypes="fp32", probes="batch-invariance,causal-alignment")
+    assert report.passed
+    with pytest.raises(AssertionError, match="causal-alignment"):
+        assert_attention_close(bottom_right, dtypes="fp32", probes="causal-alignment", causal_alignment="top_left")

@@ -33,16 +33,19 @@ def assert_attention_close(
     k: float = 2.0,
     k_grad: float = 5.0,
     floor_ulps: float = 2.0,
-    empty_rows: str = "zeros",
+    empty_rows: str | None = None,
+    causal_alignment: str | None = None,
     seed: int = 0,
 ) -> AuditReport:
     """Run the audit on ``fn``; raise AssertionError on any failing probe, or when nothing was tested
-    (every case refused); return the report."""
+    (every case refused); return the report. ``empty_rows``/``causal_alignment`` override what ``fn``
+    declares (``fn.attnum_empty_rows``, ``fn.attnum_causal_alignment``); undeclared: SDPA's, zeros
+    and top-left."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     cfg = AuditConfig(target=name, dtypes=tuple(dtypes) if not isinstance(dtypes, str) else dtypes,
                       device=device, probes=tuple(probes) if probes is not None and not isinstance(probes, str)
                       else probes, strict=strict, k=k, k_grad=k_grad, floor_ulps=floor_ulps,
-                      empty_rows=empty_rows, seed=seed)
+                      empty_rows=empty_rows, causal_alignment=causal_alignment, seed=seed)
     report = run_audit(cfg, target=fn)
     if not report.available:
         raise AssertionError(f"attnum tested nothing for {name}: {report.reason}")
