@@ -223,3 +223,17 @@ def test_adapters_declare_what_the_registry_reports():
     for mod in (flex, flash_attn, flashinfer, xformers):
         k = KERNELS[mod.NAME]
         assert k.fn is mod.sdpa and k.devices == mod.DEVICES and k.package == mod.PACKAGE and k.dtypes == mod.DTYPES
+
+
+def test_a_specs_all_kernels_leaves_out_the_interpreted_ones():
+    """Pallas in interpret mode costs ~10x a torch kernel per sweep point (the quick reproduction went
+    from 134 s to 247 s with jax installed): "all" in a spec means the compiled kernels; a spec may
+    still name an interpreted one."""
+    from attnum.experiments.spec import spec_from_dict
+
+    interpreted = {name for name, k in KERNELS.items() if k.interpreted}
+    assert interpreted == {"pallas-mha", "pallas-tpu-flash"}
+    every = spec_from_dict({"name": "t", "axes": {"seq_len": [16]}}).kernel_names
+    assert set(every) == set(KERNELS) - interpreted and "torch-sdpa-math" in every
+    named = spec_from_dict({"name": "t", "kernels": ["pallas-mha"], "axes": {"seq_len": [16]}})
+    assert named.kernel_names == ("pallas-mha",)

@@ -21,6 +21,7 @@ NAME = "pallas-mha"
 PACKAGE = "jax"  # find_spec("jax") imports nothing; jax.experimental.pallas ships in jax >= 0.4.31
 EXTRA = "jax"
 DEVICES = ("cpu",)
+INTERPRETED = True  # interpret mode on CPU: an audit target, left out of a sweep's "all"
 DTYPES = jax_bridge.JAX_DTYPES
 # mha masks q_index >= k_index, both from 0; a row always keeps key 0, so no row is empty
 CAUSAL_ALIGNMENT = "top_left"

@@ -23,6 +23,7 @@ NAME = "pallas-tpu-flash"
 PACKAGE = "jax"
 EXTRA = "jax"
 DEVICES = ("cpu",)
+INTERPRETED = True  # interpret mode on CPU: an audit target, left out of a sweep's "all"
 DTYPES = jax_bridge.JAX_DTYPES
 # the causal mask is q_index >= k_index, both from 0 (the kernel's mask_value is finite)
 CAUSAL_ALIGNMENT = "top_left"

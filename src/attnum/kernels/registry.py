@@ -62,6 +62,9 @@ class Kernel:
     dtypes: tuple[torch.dtype, ...] = field(default=_EVERY_DTYPE)
     causal_alignment: str = conventions.DEFAULT_CAUSAL_ALIGNMENT  # see attnum.kernels.conventions
     empty_rows: str = conventions.DEFAULT_EMPTY_ROWS
+    # Runs through an interpreter (Pallas interpret mode): an audit target, ~10x too slow for the
+    # per-point kernels of a sweep, so a spec's "all" leaves it out (a spec may still name it).
+    interpreted: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
@@ -125,7 +128,8 @@ def _adapter(mod) -> Kernel:
     align, empty = _CONVENTIONS.get(mod.NAME, (conventions.DEFAULT_CAUSAL_ALIGNMENT, conventions.DEFAULT_EMPTY_ROWS))
     return Kernel(name=mod.NAME, fn=mod.sdpa, devices=mod.DEVICES, package=mod.PACKAGE, dtypes=mod.DTYPES,
                   doc=(mod.__doc__ or "").strip().splitlines()[0],
-                  causal_alignment=getattr(mod, "CAUSAL_ALIGNMENT", align), empty_rows=getattr(mod, "EMPTY_ROWS", empty))
+                  causal_alignment=getattr(mod, "CAUSAL_ALIGNMENT", align), empty_rows=getattr(mod, "EMPTY_ROWS", empty),
+                  interpreted=getattr(mod, "INTERPRETED", False))
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
@@ -139,6 +143,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     *(_adapter(mod) for mod in (pallas_mha, pallas_tpu_flash)),  # CPU, interpret mode; extra "jax"
     *(_adapter(mod) for mod in (flashinfer_merge, flashinfer_decode, flash_attn_kvcache, vllm_merge)),
 )}
+
+
+def sweep_kernel_names() -> tuple[str, ...]:
+    """What a sweep spec's ``kernels = "all"`` runs: every registered kernel but the interpreted ones."""
+    return tuple(name for name, k in KERNELS.items() if not k.interpreted)
 
 
 def builtin_names() -> list[str]:
