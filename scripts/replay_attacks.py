@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _sweep_helpers import TINY_SPEC as _TWO_SEEDS  # noqa: E402 - the test suite's tiny spec
 
 TINY_SPEC = _TWO_SEEDS.replace("seed = [0, 1]", "seed = [0, 1, 2, 3]")  # 64 points, ~7 s
-KILL_SPEC = TINY_SPEC.replace("seq_len = [48, 80]", "seq_len = [512, 1024, 2048]").replace(
+KILL_SPEC = TINY_SPEC.replace("seq_len = [48, 80]", "seq_len = [1024, 2048, 4096]").replace(
     "seed = [0, 1, 2, 3]", "seed = [0, 1, 2, 3, 4, 5, 6, 7]")  # long enough to be killed mid-run
 CHEAP = ["--dtype", "bf16", "--probes", "odd-lengths,scale-argument"]
 ATTACKS: list[tuple[str, str, Callable[[Path], tuple[bool, str]]]] = []
