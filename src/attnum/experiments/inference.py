@@ -15,38 +15,20 @@ cores (``smoke``: seconds, for tests).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from typing import Any
 
 from attnum.errors import bad_value
 from attnum.experiments.decode import DecodeConfig, run_decode
 from attnum.experiments.spec import Group, SweepSpec
+from attnum.experiments.study_point import StudyPoint, from_config
 from attnum.nanmath import nan_max
 
 KINDS = ("decode", "fp8-table")
 DEVICES = ("cpu",)
 
 
-def _key(identity: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
-
-
-class _PointMixin:
-    """What the sweep machinery asks of a point (``attnum.experiments.points.Point``'s interface)."""
-
-    def config(self) -> dict[str, Any]:
-        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-
-    def identity(self) -> dict[str, Any]:
-        return self.config()
-
-    @property
-    def key(self) -> str:
-        return _key(self.identity())
-
-    def kernel_point(self) -> None:
-        return None  # real kernels are audited (attnum audit), not swept, on the serving side
+class _PointMixin(StudyPoint):
+    """A serving point: decode emulation on CPU."""
 
     def _check_device(self) -> None:
         if self.device not in DEVICES:
@@ -114,13 +96,7 @@ class FP8TablePoint(_PointMixin):
 
 def point_from_config(config: dict[str, Any]):
     """The point a stored ``config`` dict describes (``kind`` decode or fp8-table)."""
-    cfg = dict(config)
-    kind = cfg.get("kind")
-    if kind == "decode":
-        return DecodePoint(**cfg)
-    if kind == "fp8-table":
-        return FP8TablePoint(**cfg)
-    raise bad_value("kind", kind, f"one of {KINDS}")
+    return from_config(config, {"decode": DecodePoint, "fp8-table": FP8TablePoint})
 
 
 # ---- the profile ---------------------------------------------------------------------------------

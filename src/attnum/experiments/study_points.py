@@ -20,8 +20,6 @@ the point's own construction then checks the combination (e.g. P must divide N).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from typing import Any
 
 from attnum.attention.merge import METHODS
@@ -29,6 +27,7 @@ from attnum.attention.ring import LAYOUTS
 from attnum.errors import AttnumInputError, bad_value
 from attnum.experiments.compare import FIELDS as COMPARE_FIELDS
 from attnum.experiments.compare import POLICY_NAMES
+from attnum.experiments.study_point import StudyPoint, from_config
 from attnum.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
 
@@ -81,25 +80,8 @@ SPEC_FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 
-def _key(identity: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
-
-
-class _PointMixin:
-    """What the sweep machinery asks of a point (``attnum.experiments.points.Point``'s interface)."""
-
-    def config(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def identity(self) -> dict[str, Any]:
-        return self.config()
-
-    @property
-    def key(self) -> str:
-        return _key(self.identity())
-
-    def kernel_point(self) -> None:
-        return None
+class _PointMixin(StudyPoint):
+    """A ring or speculative-decoding point: fields checked against the tables above."""
 
     def _check(self, table: dict[str, tuple[str, Any]]) -> None:
         for f in dataclasses.fields(self):
@@ -217,10 +199,4 @@ class SpecPoint(_PointMixin):
 
 def point_from_config(config: dict[str, Any]):
     """The point a stored ``config`` dict describes (``kind`` ring or spec)."""
-    cfg = dict(config)
-    kind = cfg.get("kind")
-    if kind == "ring":
-        return RingPoint(**cfg)
-    if kind == "spec":
-        return SpecPoint(**cfg)
-    raise bad_value("kind", kind, f"one of {KINDS}")
+    return from_config(config, {"ring": RingPoint, "spec": SpecPoint})
