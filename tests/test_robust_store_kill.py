@@ -166,27 +166,70 @@ def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanl
     assert alone.execute("SELECT COUNT(*) FROM points").fetchone()[0] == len(_rows(out / DB_NAME)) > 0
 
 
-def test_ray_is_shut_down_when_the_sweep_is_interrupted(monkeypatch):
-    """With a fake ``ray`` (the extra may be missing, and a real cluster takes long to start here)."""
-    from attnum import executors
-    from attnum.experiments.points import Point
-
-    calls = []
-    fake = types.SimpleNamespace(
-        is_initialized=lambda: False,
-        init=lambda **kw: calls.append("init"),
+def _fake_ray(calls: list[str], init=None, initialized: bool = False) -> types.SimpleNamespace:
+    """A stand-in for ``ray`` (the extra may be missing, and a real instance takes long to start here):
+    every ``wait`` delivers a SIGTERM to this process, as a user's ``kill`` would."""
+    return types.SimpleNamespace(
+        is_initialized=lambda: initialized,
+        init=init or (lambda **kw: calls.append("init")),
         shutdown=lambda: calls.append("shutdown"),
         cancel=lambda ref, force: calls.append("cancel"),
+        cluster_resources=lambda: {"CPU": 2.0},
         remote=lambda fn: types.SimpleNamespace(options=lambda **kw: types.SimpleNamespace(
             remote=lambda *a: object())),
         wait=lambda refs, num_returns, timeout: os.kill(os.getpid(), signal.SIGTERM) or ([], refs),
         get=lambda ref: None,
     )
+
+
+TODO = [(16, "fa2"), (32, "fa2"), (48, "fa2")]
+
+
+def _interrupted_ray_sweep(monkeypatch, fake) -> None:
+    from attnum import executors
+    from attnum.experiments.points import Point
+
     monkeypatch.setitem(sys.modules, "ray", fake)
-    todo = [Point(seq_len=16, policy="fa2"), Point(seq_len=32, policy="fa2")]
+    todo = [Point(seq_len=n, policy=p) for n, p in TODO]
     with executors._Interrupts() as stop, pytest.raises(KeyboardInterrupt):
         list(executors._ray(todo, (), 2, stop))
-    assert calls == ["init", "cancel", "cancel", "shutdown"]
+    assert stop.signum == signal.SIGTERM
+
+
+def test_local_ray_is_shut_down_not_cancelled_when_the_sweep_is_interrupted(monkeypatch):
+    """A local instance started by the sweep is shut down (its workers with it). Its tasks are not
+    force-cancelled first: Ray 2.x's driver aborted on that ("Tried to complete task that was not
+    pending", exit 1 instead of 130, seen in CI)."""
+    calls = []
+    _interrupted_ray_sweep(monkeypatch, _fake_ray(calls))
+    assert calls == ["init", "shutdown"]
+
+
+def test_tasks_on_a_cluster_are_cancelled_and_the_cluster_is_left_running(monkeypatch):
+    calls = []
+    _interrupted_ray_sweep(monkeypatch, _fake_ray(calls, initialized=True))
+    assert calls == ["cancel"] * len(TODO)
+
+
+def test_sigterm_inside_ray_init_is_an_interruption(monkeypatch):
+    """``ray.init`` installs ``sys.exit(15)`` as SIGTERM's handler before it connects: a SIGTERM then
+    must still end the sweep as interrupted (exit 130), not as SystemExit(15), and our handler is back."""
+    calls = []
+
+    def init(**kw):
+        calls.append("init")
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    from attnum import executors
+
+    with executors._Interrupts() as stop:
+        ours = signal.getsignal(signal.SIGTERM)
+        monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls, init=init))
+        with pytest.raises(KeyboardInterrupt):
+            list(executors._ray([], (), 2, stop))
+        assert stop.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) == ours
+    assert calls == ["init", "shutdown"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the ray extra is not installed")
@@ -199,7 +242,8 @@ def test_sigterm_with_ray_shuts_ray_down(tmp_path):
     assert proc.poll() is None, proc.stderr.read()
     below = _descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 130
+    code = proc.wait(timeout=60)
+    assert code == 130, proc.stderr.read()
     proc.stderr.close()
     try:
         _wait_until(lambda: not _alive(below), 20, "Ray's processes to exit")

@@ -88,9 +88,14 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
             raise
         finally:
             stop.cleaning_up = True  # a second Ctrl-C must not cut the recording of this one short
-            if hasattr(results, "close"):
-                results.close()  # stops the workers of an interrupted run now
-            store.end_run(run_id, status)  # and checkpoints the WAL
+            try:
+                # Recorded (and the WAL checkpointed) before the workers are stopped: only this
+                # process writes the store, and a library that dies while stopping its workers
+                # (Ray has) must not leave the run unrecorded.
+                store.end_run(run_id, status)
+            finally:
+                if hasattr(results, "close"):
+                    results.close()  # stops the workers of an interrupted run now
         return SweepSummary(
             planned=len(planned), skipped=len(planned) - len(todo), ran=len(todo), failed=failed, store_path=store.path
         )
@@ -264,31 +269,20 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrup
         raise bad_value("--executor", "ray", "'local' (ray is not installed; pip install 'attnum[ray]')") from None
     started_here = False
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS") or None
-        kwargs: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False}
-        if address is None:
-            # A local instance: workers need our import path; a real cluster must have attnum installed.
-            kwargs["num_cpus"] = jobs if jobs > 1 else None
-            path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
-            kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
-        try:
-            ray.init(**kwargs)
-        except ConnectionError as err:
-            raise bad_value("RAY_ADDRESS", address, f"the address of a running Ray cluster ({err}); "
-                            "unset it to start a local one") from None
-        except BaseException:  # interrupted while starting: stop what was started
-            ray.shutdown()
-            raise
-        finally:
-            stop.reinstall()
+        _ray_init(ray, jobs, stop)
         started_here = True
+    # Bounded in flight, as in the process pool: an interruption then cancels a few tasks, not the
+    # whole sweep's, and the cluster still gets enough to keep every CPU busy.
+    window = 4 * max(jobs, int(ray.cluster_resources().get("CPU", 1)))
+    remote = ray.remote(run_point)
     pending: dict[Any, Point] = {}
+    queue = list(reversed(todo))
     try:
-        remote = ray.remote(run_point)
-        for p in todo:
-            gpus = 1 if p.device.startswith("cuda") else 0  # one GPU per task when the point asks for CUDA
-            pending[remote.options(num_cpus=1, num_gpus=gpus, max_retries=1).remote(p.config(), kernels)] = p
-        while pending:
+        while queue or pending:
+            while queue and len(pending) < window:
+                p = queue.pop()
+                gpus = 1 if p.device.startswith("cuda") else 0  # one GPU per task when the point asks for CUDA
+                pending[remote.options(num_cpus=1, num_gpus=gpus, max_retries=1).remote(p.config(), kernels)] = p
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             stop.check()
             for ref in ready:
@@ -300,16 +294,50 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrup
                               "error": f"ray task failed: {type(err).__name__}: {err}"}
                 yield p, result
     finally:
-        # On every exit (done, error, SIGINT/SIGTERM): cancel what is left, and stop a local
-        # instance started here, its workers included. (A SIGKILLed driver cannot do this; Ray's
-        # own processes then notice the lost driver.)
-        for ref in pending:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - shutting down regardless
-                pass
+        # On every exit (done, error, SIGINT/SIGTERM) stop what is left. A local instance started
+        # here is shut down, its workers with it; cancelling its tasks first is not only useless
+        # but unsafe (Ray 2.x's driver can abort on a task that completes while it is force-
+        # cancelled: "Tried to complete task that was not pending"). On a cluster the tasks are
+        # cancelled. (A SIGKILLed driver can do neither; Ray's processes then notice the lost driver.)
         if started_here:
             ray.shutdown()
+        else:
+            for ref in pending:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - shutting down regardless
+                    pass
+
+
+def _ray_init(ray: Any, jobs: int, stop: _Interrupts) -> None:
+    """Connect to RAY_ADDRESS's cluster, else start a local instance with ``jobs`` CPUs.
+
+    ``ray.init`` installs a SIGTERM handler of its own (``sys.exit(15)``) as it starts: a SIGTERM
+    while it runs is turned back into this sweep's interruption, and our handlers are reinstalled.
+    """
+    address = os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False}
+    if address is None:
+        # A local instance: workers need our import path; a real cluster must have attnum installed.
+        kwargs["num_cpus"] = jobs if jobs > 1 else None  # --jobs 1 (the default): every CPU here
+        path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+    try:
+        ray.init(**kwargs)
+    except ConnectionError as err:
+        raise bad_value("RAY_ADDRESS", address, f"the address of a running Ray cluster ({err}); "
+                        "unset it to start a local one") from None
+    except SystemExit as exit_:
+        ray.shutdown()
+        if exit_.code != signal.SIGTERM:
+            raise
+        stop.signum = signal.SIGTERM
+        raise KeyboardInterrupt("SIGTERM") from None
+    except BaseException:  # interrupted while starting: stop what was started
+        ray.shutdown()
+        raise
+    finally:
+        stop.reinstall()
 
 
 def _package_root() -> str:
