@@ -92,3 +92,78 @@ def test_kv_scale_overflow_catches_nan_and_clamping_in_every_dtype():
 
     rows, _ = audit("sat", "kv-scale-overflow", dtypes="bf16", fn=ServingTarget("sat", decode=saturating))
     assert rows[("kv-scale-overflow", "bf16")].status == "fail"
+
+
+def _lying(ref, *, decode=None, merge=None) -> ServingTarget:
+    """attnum's reference serving target with one entry point's result changed (no SDPA entry)."""
+    return ServingTarget("liar", merge_state=merge and (lambda *a: merge(ref.merge_state(*a))),
+                         decode=decode and (lambda *a, **kw: decode(ref.decode(*a, **kw))))
+
+
+DECODE_PROBES = ("page-padding-leak", "block-table-past-end", "decode-causal-alignment", "kv-scale-overflow",
+                 "split-invariance", "lse-base", "inf-lse-empty-rows")
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda res: res.double() if not isinstance(res, tuple) else (res[0].double(), res[1]),
+     "decode output dtype torch.float64 != expected torch.bfloat16"),
+    (lambda res: res[..., :-1] if not isinstance(res, tuple) else (res[0], res[1]),
+     "decode output shape"),
+    (lambda res: (res[0], res[1].double()) if isinstance(res, tuple) else res,
+     "decode lse dtype torch.float64 != expected torch.float32"),
+])
+def test_decode_outputs_of_the_wrong_dtype_or_shape_fail_and_say_so(change, words):
+    """The dtype/shape check of the SDPA probes holds for the serving entry points too: a decode kernel
+    returning float64 for bf16 inputs (closer to golden than any bf16 kernel) must not pass."""
+    ref = resolve("decode:fa2").fn
+    rows, report = audit("liar", ",".join(DECODE_PROBES), dtypes="bf16", fn=_lying(ref, decode=change))
+    assert not report.passed
+    hit = [r for r in rows.values() if words in r.note]
+    assert hit and all(r.status == "fail" for r in hit), {k: (r.status, r.note) for k, r in rows.items()}
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda res: (res[0], res[1].double()), "merged lse dtype torch.float64 != expected torch.float32"),
+    (lambda res: (res[0].float(), res[1]), "merged o dtype torch.float32 != expected torch.bfloat16"),
+    (lambda res: res[0], "merge_state returned Tensor, expected a pair (o, lse)"),
+])
+def test_merge_outputs_of_the_wrong_dtype_or_kind_fail_and_say_so(change, words):
+    ref = resolve("decode:fa2").fn
+    rows, report = audit("liar", "merge-empty-split,merge-two-empty", dtypes="bf16", fn=_lying(ref, merge=change))
+    assert not report.passed
+    assert rows and all(r.status == "fail" and words in r.note for r in rows.values()), \
+        {k: (r.status, r.note) for k, r in rows.items()}
+
+
+HANGING_DECODE = '''
+import time
+import torch.nn.functional as F
+from attnum.kernels.registry import resolve
+from attnum.kernels.serving import ServingTarget
+
+_ref = resolve("decode:fa2").fn
+
+def _decode(*a, **kw):
+    time.sleep(600)
+
+target = ServingTarget("hangs", sdpa=F.scaled_dot_product_attention, merge_state=_ref.merge_state,
+                       decode=_decode)
+'''
+
+
+def test_a_hanging_decode_kernel_times_out_naming_its_case(tmp_path, capsys):
+    """The serving entry points run inside the heartbeat: the verdict names the case that hung."""
+    import json
+
+    from attnum.cli import main
+
+    path = tmp_path / "hangs.py"
+    path.write_text(HANGING_DECODE)
+    rc = main(["audit", f"{path}:target", "--dtype", "bf16", "--probes", "page-padding-leak,odd-lengths",
+               "--timeout", "3", "--json"])
+    rows = {p["name"]: p for p in json.loads(capsys.readouterr().out)["probes"]}
+    assert rc == 1
+    hung = rows["page-padding-leak"]
+    assert hung["verdict"] == "timed out" and "in the target's call" in hung["note"], hung
+    assert hung["note"].startswith("contiguous"), hung  # the first case's label, from the heartbeat
+    assert rows["odd-lengths"]["verdict"] == "pass"  # a fresh child went on

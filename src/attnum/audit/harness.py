@@ -58,18 +58,26 @@ def raised(exc: BaseException) -> Verdict:
 def check_output(out: object, q: torch.Tensor, v: torch.Tensor, device: str) -> torch.Tensor:
     """``out`` if it is what SDPA returns for q (B, H, N, d), v (B, G, S, dv) on ``device``: a tensor
     (B, H, N, dv) of q's dtype; otherwise :class:`WrongOutput` saying what differs."""
+    return check_tensor(out, "output", (*q.shape[:-1], v.shape[-1]), q.dtype, device, dtype_from="the inputs'")
+
+
+def check_tensor(out: object, what: str, shape: tuple[int, ...], dtype: torch.dtype, device: str, *,
+                 dtype_from: str = "expected") -> torch.Tensor:
+    """``out`` if it is a tensor of this shape and dtype on ``device``'s type; else :class:`WrongOutput`
+    naming ``what`` and every difference."""
     if not isinstance(out, torch.Tensor):
-        raise WrongOutput(f"target returned {type(out).__name__}, expected a Tensor")
-    shape = (*q.shape[:-1], v.shape[-1])
+        raise WrongOutput(f"target returned {type(out).__name__} for its {what}, expected a Tensor"
+                          if what != "output" else f"target returned {type(out).__name__}, expected a Tensor")
+    shape = tuple(shape)
     problems = []
     if tuple(out.shape) != shape:
         problems.append(f"shape {tuple(out.shape)} != expected {shape}")
-    if out.dtype != q.dtype:
-        problems.append(f"dtype {out.dtype} != the inputs' {q.dtype}")
+    if out.dtype != dtype:
+        problems.append(f"dtype {out.dtype} != {dtype_from} {dtype}")
     if out.device.type != torch.device(device).type:
         problems.append(f"device {out.device.type} != the audited {torch.device(device).type}")
     if problems:
-        raise WrongOutput("output " + "; ".join(problems))
+        raise WrongOutput(f"{what} " + "; ".join(problems))
     return out
 
 
@@ -155,6 +163,13 @@ class ProbeContext:
     def _tell(self, event: str, label: str, payload: object = None) -> None:
         if self.monitor is not None:
             self.monitor(event, label, payload)
+
+    def call_entry(self, fn: Callable, label: str, *args, **kw):
+        """``fn(*args, **kw)`` (a serving entry point of the target) inside the heartbeat."""
+        self._tell("call", label)
+        out = fn(*args, **kw)
+        self._tell("returned", label)
+        return out
 
     def call(self, q, k, v, *, label: str = "", **kw) -> torch.Tensor:
         """Run the target on the device; the result, checked (:func:`check_output`), comes back as a

@@ -26,7 +26,7 @@ import torch
 from attnum.attention.baseline import baseline_attention
 from attnum.attention.decode import decode_reference
 from attnum.attention.merge import State, merge_states
-from attnum.audit.harness import Case, ProbeContext, raised
+from attnum.audit.harness import Case, ProbeContext, WrongOutput, check_tensor, raised
 from attnum.audit.reference import baseline_policy
 from attnum.audit.verdict import SEVERITY, Verdict, judge
 from attnum.formats import get_format
@@ -81,19 +81,23 @@ def merge_case(ctx: ProbeContext, label: str, a: State, b: State) -> Case:
     l_a, l_b = a.lse.float(), b.lse.float()
     dev = ctx.device
     try:
-        o, lse = fn(o_a.to(dev), l_a.to(dev), o_b.to(dev), l_b.to(dev))
-    except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
-        return Case(label=label, verdict=raised(exc))
+        res = ctx.call_entry(fn, label, o_a.to(dev), l_a.to(dev), o_b.to(dev), l_b.to(dev))
+        o, lse = _pair(res, "merge_state")
+        check_tensor(o, "merged o", o_a.shape, ctx.dtype, dev)
+        check_tensor(lse, "merged lse", l_a.shape, torch.float32, dev)
+    except Exception as exc:  # noqa: BLE001 - any exception from the kernel (or a wrong output) is its verdict
+        return ctx._case(label, raised(exc))
     states = [(o_a, l_a), (o_b, l_b)]
     gold = merge_states(states, policy="fp64", lse_base=base, empty_lse=empty_lse)
     base_m = merge_states(states, policy=f"fp32,out={ctx.fmt.name}", lse_base=base, empty_lse=empty_lse)
-    if tuple(o.shape) != tuple(gold.o.shape) or tuple(lse.shape) != tuple(gold.lse.shape):
-        v = Verdict(status="fail", target_error=math.inf, baseline_error=NAN, bound=NAN,
-                    note=f"output shapes {tuple(o.shape)}, {tuple(lse.shape)} != {tuple(gold.o.shape)}, "
-                         f"{tuple(gold.lse.shape)}")
-        return ctx.finish(label, v)
     v = worst(_judge(o, gold.o, base_m.o, ctx.fmt, ctx, "o"), _judge(lse, gold.lse, base_m.lse, FP32, ctx, "lse"))
     return ctx.finish(label, v)
+
+
+def _pair(res: object, name: str) -> tuple[object, object]:
+    if not (isinstance(res, tuple | list) and len(res) == 2):
+        raise WrongOutput(f"{name} returned {type(res).__name__}, expected a pair (o, lse)")
+    return res[0], res[1]
 
 
 def baseline_decode(q, k, v, lens, *, is_causal: bool, scale=None) -> torch.Tensor:
@@ -118,20 +122,21 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
     lens = [int(x) for x in torch.as_tensor(cache_seqlens).tolist()]
     kc, vc = (k, v) if block_table is None else pages
     try:
-        res = fn(q.to(dev), kc.to(dev), vc.to(dev), cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=dev),
-                 block_table=None if block_table is None else block_table.to(dev), num_splits=num_splits,
-                 max_seqlen=max_seqlen, is_causal=is_causal, return_lse=check_lse)
-    except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
-        return Case(label=label, verdict=raised(exc))
-    o, lse = res if check_lse else (res, None)
+        res = ctx.call_entry(
+            fn, label, q.to(dev), kc.to(dev), vc.to(dev),
+            cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=dev),
+            block_table=None if block_table is None else block_table.to(dev), num_splits=num_splits,
+            max_seqlen=max_seqlen, is_causal=is_causal, return_lse=check_lse)
+        o, lse = _pair(res, "decode") if check_lse else (res, None)
+        check_tensor(o, "decode output", (*q.shape[:-1], v.shape[-1]), q.dtype, dev)
+        if check_lse:
+            check_tensor(lse, "decode lse", q.shape[:-1], torch.float32, dev)
+    except Exception as exc:  # noqa: BLE001 - any exception from the kernel (or a wrong output) is its verdict
+        return ctx._case(label, raised(exc))
     if out is not None:
         out.append(o.detach().to("cpu", torch.float64))
     g_o, g_lse = decode_reference(q, k, v, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
                                   return_lse=True)
-    if tuple(o.shape) != tuple(g_o.shape):
-        v_ = Verdict(status="fail", target_error=math.inf, baseline_error=NAN, bound=NAN,
-                     note=f"output shape {tuple(o.shape)} != {tuple(g_o.shape)}")
-        return ctx.finish(label, v_)
     b_o = baseline_decode(q, k, v, lens, is_causal=is_causal)
     verdict = _judge(o, g_o, b_o, ctx.fmt, ctx, "o")
     if check_lse:

@@ -12,7 +12,7 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
 - ``decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
   is_causal=True, scale=None, return_lse=False) -> o | (o, lse)``: q (B, H, N, d) and o (B, H, N, dv) in
   attnum's layout; without ``block_table`` the cache is (B, G, S, d), with it a page pool
-  (n_pages, P, G, d) as :mod:`attnum.attention.paged`; lse (B, H, N) in ``lse_base``; ``is_causal`` with
+  (n_pages, P, G, d) as :mod:`attnum.attention.paged`; lse (B, H, N) float32 in ``lse_base``; ``is_causal`` with
   the kernel's own alignment (the decode probes check it is bottom-right: a decode query sees its cache);
 - ``lse_base``: ``"e"`` or 2; ``empty_lse``: the LSE the target uses for a state with no key (-inf, or
   +inf as FA2's non-split forward).
