@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -148,7 +150,7 @@ def _head(w1, max_abs, rate=0.5, seed_growth=0.0):
 
 def test_headline_sentence_follows_the_numbers():
     below = summarise({0: _head(0.45, 1.2), 1: _head(0.49, 2.0), 2: _head(0.47, 1.5)})
-    assert below["ratios"]["lowprec"]["w1"] == {"median": 0.47, "min": 0.45, "max": 0.49, "n": 3}
+    assert below["ratios"]["lowprec"]["w1"] == {"median": 0.47, "min": 0.45, "max": 0.49, "n": 3, "nonfinite": 0}
     text = below["sentence"]
     assert text.startswith("Over 3 seeds at step 20, by W1 flash's deviation stays below the different-init")
     assert "and stays below the low-precision deviation (0.47x)" in text
@@ -157,6 +159,16 @@ def test_headline_sentence_follows_the_numbers():
     assert "it measures the init, not training" in text  # the different-init W1 did not move
     mixed = summarise({0: _head(0.9, 0.9, seed_growth=3.0), 1: _head(1.1, 1.1, seed_growth=3.0)})
     assert "straddles" in mixed["sentence"] and "measures the init" not in mixed["sentence"]
+    assert "not finite" not in below["sentence"]
+
+
+def test_headline_says_how_many_seeds_were_not_finite():
+    """A ratio over a zero (or NaN) divergence is left out of the median, and the headline says so."""
+    h = summarise({0: _head(0.45, 1.2), 1: _head(math.nan, 2.0), 2: _head(math.inf, 1.5)})
+    w1 = h["ratios"]["lowprec"]["w1"]
+    assert (w1["n"], w1["nonfinite"], w1["median"]) == (1, 2, 0.45)
+    assert "n=1, 2 not finite" in " ".join(h["lines"])
+    assert "not finite and left out of the medians (different-init W1, low-precision W1)." in h["sentence"]
 
 
 def test_attention_this_machine_cannot_run_fails_before_training(tmp_path):

@@ -62,10 +62,13 @@ def headline(curves: dict[str, dict[str, list[float]]]) -> dict:
 
 
 def spread(xs: list[float]) -> dict:
+    """Median, min, max over the finite values; ``n`` counts them and ``nonfinite`` the rest (a ratio
+    over a zero divergence, a NaN run), which are left out of the statistics but never out of sight."""
     ys = [x for x in xs if math.isfinite(x)]
+    dropped = len(xs) - len(ys)
     if not ys:
-        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
-    return {"median": statistics.median(ys), "min": min(ys), "max": max(ys), "n": len(ys)}
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0, "nonfinite": dropped}
+    return {"median": statistics.median(ys), "min": min(ys), "max": max(ys), "n": len(ys), "nonfinite": dropped}
 
 
 def summarise(per_seed: dict[int, dict]) -> dict:
@@ -83,9 +86,10 @@ def summarise(per_seed: dict[int, dict]) -> dict:
 
 
 def _fmt(s: dict) -> str:
+    bad = f"{s['nonfinite']} not finite" if s.get("nonfinite") else ""
     if not s["n"]:
-        return "n/a"
-    return f"{s['median']:.3g} (seeds: {s['min']:.3g}..{s['max']:.3g}, n={s['n']})"
+        return f"n/a ({bad})" if bad else "n/a"
+    return f"{s['median']:.3g} (seeds: {s['min']:.3g}..{s['max']:.3g}, n={s['n']}{', ' + bad if bad else ''})"
 
 
 def _side(s: dict) -> str:
@@ -107,6 +111,9 @@ def sentence(summary: dict) -> str:
         sides = [f"{_side(r[p][metric])} the {PROXIES[p]} deviation ({r[p][metric]['median']:.2g}x)" for p in PROXIES]
         parts.append(f"by {name} flash's deviation {' and '.join(sides)}")
     text = f"Over {n} seeds at step {summary['step']}, " + "; ".join(parts) + "."
+    bad = sorted({f"{PROXIES[p]} {METRICS[m]}" for p in PROXIES for m in METRICS if r[p][m].get("nonfinite")})
+    if bad:
+        text += f" Some seeds' ratios are not finite and left out of the medians ({', '.join(bad)})."
     growth_low = r["lowprec"]["w1_rate"]
     if growth_low["n"]:
         text += (f" Flash's W1 grows {growth_low['median']:.2g}x as fast as low precision's "
