@@ -134,3 +134,24 @@ def test_diverge_flags_map_onto_the_config():
     cmd = typer.main.get_command(build_app()).commands["diverge"]
     flags = {p.name for p in cmd.params}
     assert {f.name for f in dataclasses.fields(DivergeConfig)} <= flags
+
+
+@pytest.mark.parametrize("mode", ["train", "bias", "checkpoints"])
+def test_a_second_diverge_on_a_folder_in_use_is_refused_in_one_line(tmp_path, capsys, mode):
+    """One writer per folder, as for sweeps: two diverges on one --out would overwrite each other's runs."""
+    from attnum.store_lock import FolderLock
+
+    out = tmp_path / "dv"
+    out.mkdir()
+    first = FolderLock(out, "attnum diverge --out dv")  # another process's diverge, as the lock sees it
+    a, b = (_folder(tmp_path / name, {"w": torch.ones(2)}) for name in "ab")
+    args = {"train": ["--steps", "2", "--ckpt-every", "1", "--seeds", "0,1"],
+            "bias": ["--profile", "bias-tiny", "--workload", "lm", "--steps", "2", "--seeds", "0"],
+            "checkpoints": ["--checkpoints", str(a), str(b)]}[mode]
+    try:
+        assert main(["diverge", *args, "--out", str(out)]) == 2
+    finally:
+        first.release()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is in use by 'attnum diverge --out dv'" in line and "--out" in line
+    assert sorted(p.name for p in out.iterdir()) == ["attnum.lock"]  # nothing written

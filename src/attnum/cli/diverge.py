@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -41,7 +43,7 @@ def register(app: typer.Typer) -> None:
         """Train flash vs baseline, a different init seed, and low precision per seed; compare the weights.
 
         Re-running with the same flags and --out reuses every finished run (resume after an interruption)."""
-        from attnum.outdir import check_out_folder, make_out_folder
+        from attnum.outdir import check_out_folder
 
         check_out_folder(out)  # an existing file as --out: one line, before any training
         if checkpoints:
@@ -50,16 +52,17 @@ def register(app: typer.Typer) -> None:
 
             with Activity("diverge --checkpoints"):
                 result = compare_folders(*checkpoints)
-            make_out_folder(out)
-            (out / "checkpoints.json").write_text(dumps(result, indent=1))
-            write_checkpoint_report(result, out)
+            with one_writer(out):
+                (out / "checkpoints.json").write_text(dumps(result, indent=1))
+                write_checkpoint_report(result, out)
             print(dumps(result, indent=1) if as_json else _folders_text(result))
             return
         if profile.startswith("bias"):
             from attnum.cli.bias import diverge_bias
 
-            diverge_bias(profile=profile, workload=workload, steps=steps, block_k=block_k, seeds=_ints(seeds, "seeds"),
-                         data_seed=data_seed, out=out, as_json=as_json)
+            with one_writer(out):
+                diverge_bias(profile=profile, workload=workload, steps=steps, block_k=block_k,
+                             seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out, as_json=as_json)
             return
         from attnum.training.diverge import DivergeConfig, run_diverge
 
@@ -68,7 +71,7 @@ def register(app: typer.Typer) -> None:
             block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
             seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out,
         )
-        with Activity("diverge"):
+        with one_writer(out), Activity("diverge"):
             summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
@@ -78,6 +81,20 @@ def register(app: typer.Typer) -> None:
             print(line)
         print(summary["headline"]["sentence"])
         print(f"wall time {summary['wall_s']:.1f} s; report: {out / 'index.html'}")
+
+
+@contextlib.contextmanager
+def one_writer(out: Path) -> Iterator[None]:
+    """Create ``out`` and hold its one-writer lock (``attnum.store_lock``) while the block runs: a second
+    ``diverge`` on the same folder is refused in one line naming the first, as a second sweep is."""
+    from attnum.outdir import make_out_folder
+    from attnum.store_lock import FolderLock
+
+    lock = FolderLock(make_out_folder(out))
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
