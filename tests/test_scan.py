@@ -23,6 +23,10 @@ def rules(text, python=True):
     ("DEFAULT_MASK_VALUE = -0.7 * 3.4e38", "finite-inf-constant"),
     ("m_i = torch.full((n, 1), -1e9)", "finite-running-max-init"),
     ("bias = causal + torch.finfo(torch.float16).min", "finfo-min-additive"),
+    ("NEG_INF = -1e4 if torch.cuda.is_available() else -1e9", "finite-inf-constant"),  # either branch
+    ("mask_value = 0.0 if fp32 else -65504.0", "finite-inf-constant"),
+    ("mask_value = torch.finfo(x.dtype).min if c else -1e4", "finite-inf-constant"),
+    ("s = s.masked_fill(~m, -1e4 if half else float('-inf'))", "finite-mask-fill"),
     ("mask = (1 - m) * torch.finfo(x.dtype).min + pad", "finfo-min-additive"),
 ], ids=lambda x: x if len(x) < 30 else x[:30])
 def test_python_positives(src, rule):
@@ -38,10 +42,19 @@ def test_python_positives(src, rule):
     "x = y - 1e4 * z",
     "# MASK_VALUE = -5e4 (a comment)",
     "print('fill with -1e4')",
+    "NEG_INF = float('-inf') if c else -math.inf",
+    "n = 10000 if big else 100",  # a large number, not named like a mask value
+    "f(mask_value=g(x, y), limit=-1e4)",  # the -1e4 is another argument's, past the ','
+
     "'''\nMASK_VALUE = -5e4 in a docstring\n'''",
 ])
 def test_python_negatives(src):
     assert rules(src) == []
+
+
+def test_a_conditional_sentinel_is_followed_to_its_uses():
+    src = "big_neg = -1e4 if half else -1e9\ns = s.masked_fill(~keep, big_neg)\n"
+    assert rules(src) == [(1, "finite-inf-constant"), (2, "finite-mask-fill")]
 
 
 def test_finfo_min_fill_is_reported_low_only():

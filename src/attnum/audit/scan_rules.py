@@ -210,14 +210,44 @@ def _defs(t: list[str], python: bool) -> Iterator[tuple[str, tuple[str, int] | s
         if v in fin and (fin[v][1] >= n or t[fin[v][1]] in _VALUE_END):
             yield t[j], ("finfo", fin[v][0])
             continue
-        v += t[v:v + 1] == ["("]
-        sign = -1 if t[v:v + 1] == ["-"] else 1
-        v += t[v:v + 1] in (["-"], ["+"])
-        w = v + 1 + (t[v + 1:v + 2] == [")"])
-        if v < n and _big(t[v]) and (w >= n or t[w] in _VALUE_END):
-            yield t[j], ("literal", sign)
+        big = None
+        for b in _branches(t, i + 1, python):  # NAME = A, or NAME = A if C else B (either branch)
+            v = b + (t[b:b + 1] == ["("])
+            sign = -1 if t[v:v + 1] == ["-"] else 1
+            v += t[v:v + 1] in (["-"], ["+"])
+            w = v + 1 + (t[v + 1:v + 2] == [")"])
+            if v < n and _big(t[v]) and (w >= n or t[w] in _VALUE_END or t[w] in ("if", "else")):
+                big = sign
+                break
+        if big is not None:
+            yield t[j], ("literal", big)
         elif i + 1 < n and _is_name(t[i + 1]) and (i + 2 >= n or t[i + 2] in _VALUE_END):
             yield t[j], t[i + 1]
+
+
+_BRANCH_REACH = 64  # tokens searched for an ``else`` after an ``=``: a mask constant's conditional is short
+
+
+def _branches(t: list[str], start: int, python: bool) -> list[int]:
+    """Where the values of the expression at ``start`` begin: ``start``, and in Python each ``else``
+    branch of a conditional expression at the same bracket depth (``A if C else B``)."""
+    out = [start]
+    if not python:
+        return out
+    depth = 0
+    for k in range(start, min(len(t), start + _BRANCH_REACH)):  # bounded: linear in the line, nested or not
+        tok = t[k]
+        if tok in ("(", "[", "{"):
+            depth += 1
+        elif tok in (")", "]", "}"):
+            depth -= 1
+            if depth < 0:
+                break
+        elif depth == 0 and tok == ",":
+            break
+        elif depth == 0 and tok == "else":
+            out.append(k + 1)
+    return out
 
 
 def _def_name(t: list[str], i: int, python: bool) -> int:
@@ -377,16 +407,18 @@ def _constant(t: list[str], i: int, fin: dict[int, tuple[int, int]], python: boo
     e = _skip_annotation(t, i + 1) if python else i + 1
     if t[e:e + 1] != ["="]:
         return
-    if e + 1 in fin:
-        hits.add("finfo-inf-constant")
-        return
-    v = e + 1 + (t[e + 1:e + 2] == ["("])
-    u = signed(v)
-    if u < n and number(t[u]) is not None and t[u + 1:u + 2] == ["*"]:
-        v = u + 2
-    v = signed(v)
-    if v < n and _big(t[v]):
-        hits.add("finite-inf-constant")
+    for b in _branches(t, e + 1, python):  # INF_NAME = A, or INF_NAME = A if C else B
+        if b in fin:
+            hits.add("finfo-inf-constant")
+            continue
+        v = b + (t[b:b + 1] == ["("])
+        u = signed(v)
+        if u < n and number(t[u]) is not None and t[u + 1:u + 2] == ["*"]:
+            v = u + 2
+        v = signed(v)
+        if v < n and _big(t[v]):
+            hits.add("finite-inf-constant")
+            return
 
 
 def masking(t: list[str]) -> bool:
