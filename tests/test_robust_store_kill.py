@@ -212,8 +212,9 @@ def test_tasks_on_a_cluster_are_cancelled_and_the_cluster_is_left_running(monkey
 
 
 def test_sigterm_inside_ray_init_is_an_interruption(monkeypatch):
-    """``ray.init`` installs ``sys.exit(15)`` as SIGTERM's handler before it connects: a SIGTERM then
-    must still end the sweep as interrupted (exit 130), not as SystemExit(15), and our handler is back."""
+    """``ray.init`` installs ``sys.exit(15)`` as SIGTERM's handler before it connects (and its C++ core a
+    failure handler that aborted the process): a SIGTERM sent then must still end the sweep as
+    interrupted (exit 130), not as SystemExit(15) or SIGABRT, with our handler back."""
     calls = []
 
     def init(**kw):

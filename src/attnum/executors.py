@@ -269,8 +269,12 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrup
         raise bad_value("--executor", "ray", "'local' (ray is not installed; pip install 'attnum[ray]')") from None
     started_here = False
     if not ray.is_initialized():
-        _ray_init(ray, jobs, stop)
         started_here = True
+        try:
+            _ray_init(ray, jobs, stop)
+        except BaseException:  # interrupted while starting, or refused: stop what was started
+            ray.shutdown()
+            raise
     # Bounded in flight, as in the process pool: an interruption then cancels a few tasks, not the
     # whole sweep's, and the cluster still gets enough to keep every CPU busy.
     window = 4 * max(jobs, int(ray.cluster_resources().get("CPU", 1)))
@@ -312,8 +316,11 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrup
 def _ray_init(ray: Any, jobs: int, stop: _Interrupts) -> None:
     """Connect to RAY_ADDRESS's cluster, else start a local instance with ``jobs`` CPUs.
 
-    ``ray.init`` installs a SIGTERM handler of its own (``sys.exit(15)``) as it starts: a SIGTERM
-    while it runs is turned back into this sweep's interruption, and our handlers are reinstalled.
+    ``ray.init`` installs SIGTERM handlers of its own as it starts: ``sys.exit(15)`` in Python, and
+    its C++ core's failure handler in this driver, which aborted the process (SIGABRT, not exit 130)
+    when a SIGTERM landed mid-start. The first is turned back into this sweep's interruption; the
+    second is not installed in the driver (Ray's own switch, ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``,
+    read when the driver's core starts; Ray's workers keep theirs). Our handlers are reinstalled after.
     """
     address = os.environ.get("RAY_ADDRESS") or None
     kwargs: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False}
@@ -322,20 +329,19 @@ def _ray_init(ray: Any, jobs: int, stop: _Interrupts) -> None:
         kwargs["num_cpus"] = jobs if jobs > 1 else None  # --jobs 1 (the default): every CPU here
         path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if hasattr(constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"):
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     try:
         ray.init(**kwargs)
     except ConnectionError as err:
         raise bad_value("RAY_ADDRESS", address, f"the address of a running Ray cluster ({err}); "
                         "unset it to start a local one") from None
-    except SystemExit as exit_:
-        ray.shutdown()
+    except SystemExit as exit_:  # Ray's sys.exit(15): a SIGTERM while it started
         if exit_.code != signal.SIGTERM:
             raise
         stop.signum = signal.SIGTERM
         raise KeyboardInterrupt("SIGTERM") from None
-    except BaseException:  # interrupted while starting: stop what was started
-        ray.shutdown()
-        raise
     finally:
         stop.reinstall()
 
