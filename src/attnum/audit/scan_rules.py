@@ -1,8 +1,8 @@
 """The line rules of ``attnum scan``, in time linear in the size of the source.
 
-No rule is a backtracking regular expression. Each line is cut into tokens by one expression whose
-alternatives are deterministic (each takes a maximal run and has no choice to revisit), so lexing
-costs O(length); each rule then walks the tokens once, with O(1) work per token, using facts
+No rule is a backtracking regular expression. Each line is cut into tokens by
+:mod:`attnum.audit.scan_lex`, whose expressions' alternatives are deterministic, so lexing costs
+O(length); each rule then walks the tokens once, with O(1) work per token, using facts
 computed once per line (matching parentheses, where each sentinel starts and ends). A line of 5,000
 spaces, digits, '(' or identifier characters costs what any 5,000 characters cost, and no line is
 cut short: every rule sees every line whole.
@@ -20,21 +20,15 @@ A *sentinel* is a value standing in for minus infinity. Three classes:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 
-SENTINEL_MIN = 1e3  # below this a literal is not plausibly standing in for infinity
-WINDOW = 8  # lines: how far back a softcap looks for a mask, how far an LSE looks for mixed bases
+from attnum.audit.scan_lex import BIGISH, number, tokens
+from attnum.audit.scan_lex import big as _big
+from attnum.audit.scan_lex import is_name as _is_name
+from attnum.audit.scan_lex import matching_parens as _matching_parens
 
-# Deterministic alternatives only: name | number (its suffix included) | string | operator | any char.
-_TOKEN = re.compile(r"[A-Za-z_]\w*|(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][-+]?\d[\d_]*)?\w*"
-                    r"|\"[^\"]*\"|'[^']*'|==|!=|<=|>=|\+=|-=|\*=|/=|::|->|\*\*|\S")
-# Comment/string lexers: each alternative consumes a maximal run (escapes in pairs), never revisited.
-_PY_PIECE = re.compile(r"""[^'"#]+|\"\"\"|'''|"(?:[^"\\]|\\.)*(?:"|\\?$)|'(?:[^'\\]|\\.)*(?:'|\\?$)|#""")
-_C_PIECE = re.compile(r"""[^'"/]+|"(?:[^"\\]|\\.)*(?:"|\\?$)|'(?:[^'\\]|\\.)*(?:'|\\?$)|//|/\*|/""")
-BIGISH = re.compile(r"\d\d\d\d|\d\.?[eE]\+?\d|\d_\d")  # fixed-length alternatives: a literal >= 1e3 may be here
-_KEPT_STRINGS = {"-inf", "-infinity"}  # kept so that float("-inf") reads as masking
+WINDOW = 8  # lines: how far back a softcap looks for a mask, how far an LSE looks for mixed bases
 
 _INF_NAME = re.compile(r"[A-Za-z_]*(?:infinity|Infinity|INFINITY|inf(?![a-z])|Inf(?![a-z])|INF(?![A-Z])|mask_value|MASK_VALUE|mask_fill|MASK_FILL|"
                        r"neg_large|NEG_LARGE|large_neg|LARGE_NEG|big_neg|BIG_NEG|min_value|MIN_VALUE|"
@@ -57,72 +51,6 @@ _BASE_E_MODULES = frozenset({"torch", "tl", "math", "np"})
 FILL_RULE = {"literal": "finite-mask-fill", "flt": "finite-mask-fill", "finfo": "finfo-mask-fill"}
 MAX_RULE = {"literal": "finite-running-max-init", "flt": "finite-running-max-init",
             "finfo": "finfo-running-max-init"}
-
-
-def tokens(line: str) -> list[str]:
-    return _TOKEN.findall(line)
-
-
-def _is_name(tok: str) -> bool:
-    return tok[:1].isalpha() or tok[:1] == "_"
-
-
-def number(tok: str) -> float | None:
-    """The value of a decimal literal token (C suffixes allowed); None for anything else."""
-    if not tok or not (tok[0].isdigit() or tok[0] == "."):
-        return None
-    try:
-        value = float(tok.rstrip("fFlLuU"))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _big(tok: str) -> bool:
-    v = number(tok)
-    return v is not None and abs(v) >= SENTINEL_MIN
-
-
-def code_lines(text: str, python: bool) -> list[str]:
-    """``text`` split at "\\n", with comments and string contents blanked; line numbers kept."""
-    out, state = [], None  # state: the open triple quote (Python) or "/*" (C), else None
-    piece = _PY_PIECE if python else _C_PIECE
-    for line in text.split("\n"):
-        kept, pos, n = [], 0, len(line)
-        while pos < n:
-            if state is not None:
-                end = line.find("*/" if state == "/*" else state, pos)
-                if end < 0:
-                    pos = n
-                    break
-                kept.append(" " if state == "/*" else '""')
-                pos, state = end + (2 if state == "/*" else 3), None
-                continue
-            m = piece.match(line, pos)
-            tok = m.group()
-            if tok in ('"""', "'''", "/*"):
-                state = tok
-            elif tok in ("#", "//"):
-                break
-            elif tok[0] in "'\"":
-                q = tok[0]
-                body = tok[1:-1] if len(tok) > 1 and tok.endswith(q) else tok[1:]
-                kept.append(q + (body if body.lower() in _KEPT_STRINGS else "") + q)
-            else:
-                kept.append(tok)
-            pos = m.end()
-        out.append("".join(kept))
-    return out
-
-
-def _matching_parens(t: list[str]) -> dict[int, int]:
-    stack, match = [], {}
-    for i, tok in enumerate(t):
-        if tok == "(":
-            stack.append(i)
-        elif tok == ")" and stack:
-            match[stack.pop()] = i
-    return match
 
 
 def finfo_atoms(t: list[str]) -> list[tuple[int, int, str]]:
