@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from _sweep_helpers import TINY_SPEC as _TWO_SEEDS  # noqa: E402 - the test suite's tiny spec
+from _sweep_helpers import descendants  # noqa: E402 - every live process below a pid
 
 TINY_SPEC = _TWO_SEEDS.replace("seed = [0, 1]", "seed = [0, 1, 2, 3]")  # 64 points, ~7 s
 KILL_SPEC = TINY_SPEC.replace("seq_len = [48, 80]", "seq_len = [1024, 2048, 4096]").replace(
@@ -303,24 +304,6 @@ def _wait_rows(db: Path, n: int, limit: float = 120) -> None:
     raise TimeoutError(f"fewer than {n} rows after {limit}s")
 
 
-def _all_below(pid: int) -> list[int]:
-    """Every live process descended from ``pid`` (Ray's gcs_server, raylet and workers included)."""
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, frontier = [], [pid]
-    while frontier:
-        top = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == top]
-        out += kids
-        frontier += kids
-    return out
-
-
 def _children(pid: int) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
@@ -354,7 +337,7 @@ def _(tmp):
         return True, "skipped: the ray extra is not installed"
     p = popen("sweep", _spec(tmp, KILL_SPEC), "--out", "o", "--jobs", "2", "--executor", "ray", cwd=tmp)
     _wait_rows(tmp / "o" / "attnum.sqlite", 1)
-    kids = _all_below(p.pid)
+    kids = descendants(p.pid)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     deadline = time.time() + 30

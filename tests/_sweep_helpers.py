@@ -1,4 +1,4 @@
-"""Helpers for the sweep, store, report, executor and Ray tests: tiny specs and the CLI in a subprocess."""
+"""Helpers for the sweep, store, report, executor and Ray tests: tiny specs, the CLI in a subprocess, the processes below one."""
 
 from __future__ import annotations
 
@@ -70,4 +70,23 @@ def smoke_reproduction(tmp_path_factory) -> Path:
     out = tmp_path_factory.getbasetemp() / "smoke-reproduce"
     if not (out / "report.html").is_file():
         assert cli("reproduce", "--profile", "smoke", "--out", out, "--jobs", "1", "--quiet") == 0
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (pool workers, multiprocessing's resource tracker)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parent[int(stat.parent.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        frontier += kids
     return out

@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import popen_cli, run_cli, write_spec
+from _sweep_helpers import descendants, popen_cli, run_cli, write_spec
 
 from attnum.store import DB_NAME, open_store
 
@@ -53,25 +53,6 @@ def _rows(db: Path) -> dict[str, str]:
         return dict(con.execute("SELECT key, metrics FROM points WHERE status = 'done'"))
     except sqlite3.OperationalError:  # not created yet
         return {}
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (pool workers, multiprocessing's resource tracker)."""
-    parent = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            parent[int(stat.parent.name)] = int(fields[1])
-    out, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        out += kids
-        frontier += kids
-    return out
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -113,7 +94,7 @@ def test_sigkill_at_random_moments_with_jobs2(tmp_path):
 
             _wait_until(enough, 120, f"{at} new rows")
         assert proc.poll() is None, f"the sweep ended before kill {n_run}: {proc.stderr.read()}"
-        below = _descendants(proc.pid)
+        below = descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         proc.stderr.close()
@@ -153,7 +134,7 @@ def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanl
     assert second.returncode == 2
     (line,) = second.stderr.strip().splitlines()
     assert line.startswith("attnum: error: ") and f"(pid {first.pid} on " in line and "--out" in line
-    below = _descendants(first.pid)
+    below = descendants(first.pid)
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=60) == 130
     assert "Traceback" not in first.stderr.read()
@@ -241,7 +222,7 @@ def test_sigterm_with_ray_shuts_ray_down(tmp_path):
     proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2", "--executor", "ray")
     _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, 150, "a first row")
     assert proc.poll() is None, proc.stderr.read()
-    below = _descendants(proc.pid)
+    below = descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=60)
     assert code == 130, proc.stderr.read()
@@ -271,7 +252,7 @@ def test_distributed_ranks_die_with_a_sigkilled_parent(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def ranks():
-            return [p for p in _descendants(proc.pid) if b"spawn_main" in _cmdline(p)]
+            return [p for p in descendants(proc.pid) if b"spawn_main" in _cmdline(p)]
 
         below = _wait_until(lambda: len(ranks()) >= 2 and ranks(), 60, "two ranks")
         time.sleep(0.5)

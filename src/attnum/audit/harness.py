@@ -66,8 +66,7 @@ def check_tensor(out: object, what: str, shape: tuple[int, ...], dtype: torch.dt
     """``out`` if it is a tensor of this shape and dtype on ``device``'s type; else :class:`WrongOutput`
     naming ``what`` and every difference."""
     if not isinstance(out, torch.Tensor):
-        raise WrongOutput(f"target returned {type(out).__name__} for its {what}, expected a Tensor"
-                          if what != "output" else f"target returned {type(out).__name__}, expected a Tensor")
+        raise WrongOutput(f"target returned {type(out).__name__} for its {what}, expected a Tensor")
     shape = tuple(shape)
     problems = []
     if tuple(out.shape) != shape:

@@ -86,7 +86,7 @@ def summarise(per_seed: dict[int, dict]) -> dict:
 
 
 def _fmt(s: dict) -> str:
-    bad = f"{s['nonfinite']} not finite" if s.get("nonfinite") else ""
+    bad = f"{s['nonfinite']} not finite" if s["nonfinite"] else ""
     if not s["n"]:
         return f"n/a ({bad})" if bad else "n/a"
     return f"{s['median']:.3g} (seeds: {s['min']:.3g}..{s['max']:.3g}, n={s['n']}{', ' + bad if bad else ''})"
@@ -111,7 +111,7 @@ def sentence(summary: dict) -> str:
         sides = [f"{_side(r[p][metric])} the {PROXIES[p]} deviation ({r[p][metric]['median']:.2g}x)" for p in PROXIES]
         parts.append(f"by {name} flash's deviation {' and '.join(sides)}")
     text = f"Over {n} seeds at step {summary['step']}, " + "; ".join(parts) + "."
-    bad = sorted({f"{PROXIES[p]} {METRICS[m]}" for p in PROXIES for m in METRICS if r[p][m].get("nonfinite")})
+    bad = sorted({f"{PROXIES[p]} {METRICS[m]}" for p in PROXIES for m in METRICS if r[p][m]["nonfinite"]})
     if bad:
         text += f" Some seeds' ratios are not finite and left out of the medians ({', '.join(bad)})."
     growth_low = r["lowprec"]["w1_rate"]
