@@ -20,7 +20,7 @@ from typing import Any
 from attnum.errors import bad_value
 from attnum.experiments.decode import DecodeConfig, run_decode
 from attnum.experiments.spec import Group, SweepSpec
-from attnum.experiments.study_point import StudyPoint, from_config
+from attnum.studies.point import StudyPoint, from_config
 from attnum.nanmath import nan_max
 
 KINDS = ("decode", "fp8-table")

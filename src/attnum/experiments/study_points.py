@@ -27,7 +27,7 @@ from attnum.attention.ring import LAYOUTS
 from attnum.errors import AttnumInputError, bad_value
 from attnum.experiments.compare import FIELDS as COMPARE_FIELDS
 from attnum.experiments.compare import POLICY_NAMES
-from attnum.experiments.study_point import StudyPoint, from_config
+from attnum.studies.point import StudyPoint, from_config
 from attnum.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
 

@@ -1,4 +1,4 @@
-"""What the sweep machinery asks of a study's point (decode, fp8-table, ring, spec), in one place.
+"""What the sweep machinery asks of a study's point, in one place (see attnum.studies.registry).
 
 ``attnum.experiments.points.Point`` is the compare point; the serving and parallel studies add
 points of their own kinds, frozen dataclasses with a ``kind`` field. Each mixes in
