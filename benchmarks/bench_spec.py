@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from attnum.experiments.spec_decode import SpecConfig
+from attnum.studies.speculative.spec_decode import SpecConfig
 from attnum.sampling import SpecProcedure, spec_law, spec_tv
 from attnum.spec_audit import SpecAuditConfig, run_spec_audit
 from attnum.spec_audit.cases import CASES

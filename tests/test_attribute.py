@@ -8,7 +8,7 @@ import pytest
 
 from attnum.cli import main
 from attnum.errors import AttnumInputError
-from attnum.experiments.attribute import (
+from attnum.studies.paper.attribute import (
     ATTRIBUTED,
     AttributeConfig,
     budget_rows,
@@ -17,7 +17,7 @@ from attnum.experiments.attribute import (
     run_attribute,
     without_policy,
 )
-from attnum.experiments.compare import CompareConfig, run_compare
+from attnum.studies.paper.compare import CompareConfig, run_compare
 from attnum.policy import parse_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")

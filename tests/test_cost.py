@@ -95,7 +95,7 @@ def test_bad_cost_config(kwargs, match):
 def test_kv_cost_table_pairs_each_cache_error_with_its_cost():
     from attnum.attention import flash_attention, golden_attention
     from attnum.attention.quant import quantize_kv_cache
-    from attnum.experiments.kv_cost import FORMATS, KVCostConfig, run_kv_cost_table
+    from attnum.studies.serving.kv_cost import FORMATS, KVCostConfig, run_kv_cost_table
     from attnum.inputs import InputSpec, make_qkv
     from attnum.metrics import deviation
 

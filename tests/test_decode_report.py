@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from attnum.cli import main
-from attnum.experiments.findings import compute_findings
-from attnum.experiments.inference import inference_spec, point_from_config
+from attnum.studies.paper.findings import compute_findings
+from attnum.studies.serving.inference import inference_spec, point_from_config
 from attnum.store import open_store
 
 INFERENCE_FIGURES = {"decode-splits", "decode-pages", "decode-kv-format", "decode-gqa", "decode-mla", "fp8-table"}

@@ -107,7 +107,7 @@ def test_backward_entry_points_round_inputs_once(policy, fmt):
 
 
 def test_compare_inputs_are_round_to_of_the_samples():
-    from attnum.experiments.compare import CompareConfig, compare_inputs
+    from attnum.studies.paper.compare import CompareConfig, compare_inputs
     from attnum.inputs import make_qkv
 
     cfg = CompareConfig(policy="fa2", format="bf16", seq_len=64, head_dim=16, heads=2)

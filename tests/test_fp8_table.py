@@ -7,7 +7,7 @@ import pytest
 from attnum.attention import golden_attention
 from attnum.attention.quant import fp8_attention, fp8_baseline_attention
 from attnum.cli import main
-from attnum.experiments.fp8_table import SETTINGS, FP8TableConfig, run_fp8_table
+from attnum.studies.serving.fp8_table import SETTINGS, FP8TableConfig, run_fp8_table
 from attnum.inputs import InputSpec, make_qkv
 from attnum.metrics import deviation
 

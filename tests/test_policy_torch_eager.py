@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnum.experiments.validate_eager import EagerValidateConfig, validate_eager_point
+from attnum.studies.validation.validate_eager import EagerValidateConfig, validate_eager_point
 from attnum.policy import parse_policy
 
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from attnum.experiments.cells import region
-from attnum.experiments.findings import TEN_X_BAND, compute_findings, compute_maps
+from attnum.studies.paper.cells import region
+from attnum.studies.paper.findings import TEN_X_BAND, compute_findings, compute_maps
 from attnum.experiments.results import spearman
 
 

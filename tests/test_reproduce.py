@@ -10,8 +10,8 @@ import pytest
 import torch
 from _sweep_helpers import smoke_reproduction
 
-from attnum.experiments.findings import CLAIMS, VERDICTS
-from attnum.experiments.paper import paper_spec
+from attnum.studies.paper.findings import CLAIMS, VERDICTS
+from attnum.studies.paper.profiles import paper_spec
 from attnum.store import open_store
 
 FIGURES = ("fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "kernels")

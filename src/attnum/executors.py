@@ -18,7 +18,7 @@ from typing import Any
 
 from attnum.errors import bad_value
 from attnum.experiments.point_runner import run_point
-from attnum.experiments.points import Point
+from attnum.studies.paper.point import Point
 from attnum.experiments.spec import SweepSpec
 from attnum.processes import die_with_parent
 from attnum.report.progress import SweepProgress

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-# attnum.experiments.paper.PROFILES, spelled here so that --help does not import the studies (a test pins it)
+# attnum.studies.paper.profiles.PROFILES, spelled here so that --help does not import the studies (a test pins it)
 PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")
 
 
@@ -25,8 +25,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the paper's sweeps (resumable), draw every figure and write report.html with findings."""
         from attnum.executors import SweepOptions, run_sweep
-        from attnum.experiments.findings import compute_findings
-        from attnum.experiments.paper import paper_spec
+        from attnum.studies.paper.findings import compute_findings
+        from attnum.studies.paper.profiles import paper_spec
         from attnum.outdir import check_out_folder
         from attnum.report.html import write_report
         from attnum.store import open_store

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.points import Point
+from attnum.studies.paper.point import Point
 
 
 def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str
 
 
 def _compare(point: Point) -> dict[str, Any]:
-    from attnum.experiments.compare import run_compare
+    from attnum.studies.paper.compare import run_compare
 
     result = run_compare(point.compare_config())
     metrics = {
@@ -67,7 +67,7 @@ def _compare(point: Point) -> dict[str, Any]:
 
 
 def _attribute(point: Point) -> dict[str, Any]:
-    from attnum.experiments.attribute import run_attribute
+    from attnum.studies.paper.attribute import run_attribute
 
     result = run_attribute(point.compare_config())
     keep = ("full", "floor", "sites", "dominant", "tiles", "carrier", "metric", "policy", "baseline_policy")
@@ -85,7 +85,7 @@ def _format_bits(fmt: str) -> dict[str, int]:
 
 def _kernels(point: Point, kernels: tuple[str, ...]) -> dict[str, Any]:
     """Each requested real kernel's deviation from the float64 golden at this point's inputs."""
-    from attnum.experiments.kernel_point import kernel_deviations
+    from attnum.studies.paper.kernel_point import kernel_deviations
     from attnum.formats import torch_dtype
 
     dtype = torch_dtype(point.format)  # a kernels Point only holds formats that have one
@@ -96,10 +96,10 @@ _RUNNERS = {
     "compare": lambda point, kernels: _compare(point),
     "attribute": lambda point, kernels: _attribute(point),
     "kernels": lambda point, kernels: _kernels(point, kernels),
-    # decode and fp8-table points (attnum.experiments.inference) run themselves
+    # decode and fp8-table points (attnum.studies.serving.inference) run themselves
     "decode": lambda point, kernels: _plain(point.run()),
     "fp8-table": lambda point, kernels: _plain(point.run()),
-    # ring and spec points (attnum.experiments.study_points) too
+    # ring and spec points (attnum.studies.parallel.point) too
     "ring": lambda point, kernels: _plain(point.run()),
     "spec": lambda point, kernels: _plain(point.run()),
 }

@@ -14,10 +14,10 @@ emulation, optional ``[defaults]`` and either top-level ``[axes]`` / ``[[points]
     seq_len = [256, 1024]
 
 An axis (or a point) may also set ``kind``: ``compare`` (the default), ``attribute`` (an error
-budget per rounding site at that configuration, :mod:`attnum.experiments.attribute`) or ``decode`` (a
-KV-cache decode point whose axes are ``attnum decode``'s flags, :mod:`attnum.experiments.inference`), ``ring`` (one shard count, layout and
+budget per rounding site at that configuration, :mod:`attnum.studies.paper.attribute`) or ``decode`` (a
+KV-cache decode point whose axes are ``attnum decode``'s flags, :mod:`attnum.studies.serving.inference`), ``ring`` (one shard count, layout and
 merge policy of ``attnum ring``, simulated, its other flags as axes) or ``spec`` (one format and k of
-``attnum spec``'s exact TV; :mod:`attnum.experiments.study_points` for both), and
+``attnum spec``'s exact TV; :mod:`attnum.studies.parallel.point` for both), and
 ``baseline_policy`` gives the baseline its own policy (``torch-eager``: PyTorch eager attention in
 the point's format).
 
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import AttnumInputError
-from attnum.experiments.compare import FIELDS
-from attnum.experiments.decode import DECODE_FIELDS
-from attnum.experiments.points import AXES, COMPARISONS, Point
-from attnum.experiments.study_points import RING_FIELDS, SPEC_FIELDS
+from attnum.studies.paper.compare import FIELDS
+from attnum.studies.serving.decode import DECODE_FIELDS
+from attnum.studies.paper.point import AXES, COMPARISONS, Point
+from attnum.studies.parallel.point import RING_FIELDS, SPEC_FIELDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -239,11 +239,11 @@ def _make_point(cfg: dict[str, Any]):
     an axis the kind does not take is an input error."""
     cls = Point
     if cfg.get("kind") == "decode":
-        from attnum.experiments.inference import DecodePoint
+        from attnum.studies.serving.inference import DecodePoint
 
         cls = DecodePoint
     elif cfg.get("kind") in ("ring", "spec"):
-        from attnum.experiments.study_points import RingPoint, SpecPoint
+        from attnum.studies.parallel.point import RingPoint, SpecPoint
 
         cls = RingPoint if cfg["kind"] == "ring" else SpecPoint
     names = {f.name for f in dataclasses.fields(cls)}
@@ -265,8 +265,8 @@ def _product(items: list[tuple[str, list[Any]]]):
 
 
 SPEC_KINDS = ("compare", "attribute", "decode", "ring", "spec")  # kernel points follow from compare points and ``record``
-# decode points (attnum.experiments.inference.DecodePoint) take DecodeConfig's fields as axes; ring and
-# spec points (attnum.experiments.study_points) the studies' flags (their own ones checked here, shared
+# decode points (attnum.studies.serving.inference.DecodePoint) take DecodeConfig's fields as axes; ring and
+# spec points (attnum.studies.parallel.point) the studies' flags (their own ones checked here, shared
 # ones such as format or seed by compare's validators; the point then checks the combination)
 DECODE_AXES = tuple(DECODE_FIELDS)
 _OTHER_FIELDS = {**DECODE_FIELDS, **RING_FIELDS, **SPEC_FIELDS}

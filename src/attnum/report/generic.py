@@ -6,7 +6,7 @@ combination of the *other* swept fields, so nothing is pooled silently. When tho
 more than :data:`MAX_LINES`, the fields with the most values are pooled (median over them, band
 min..max) and the caption says which. Seeds are always summarised (median, band min..max).
 
-Compare rows draw :data:`METRICS`; ``ring`` and ``spec`` rows (:mod:`attnum.experiments.study_points`)
+Compare rows draw :data:`METRICS`; ``ring`` and ``spec`` rows (:mod:`attnum.studies.parallel.point`)
 draw their own (:data:`KIND_METRICS`: ring deviation beside single-device flash, spec TV beside the
 plain-sampling baseline), in figures named ``sweep-GROUP-KIND-AXIS``. Other kinds (attribute, decode,
 fp8-table) have their own figures elsewhere and are not drawn here. A zero (exact: a TV of 0, P = 1
@@ -19,7 +19,7 @@ import math
 import re
 from pathlib import Path
 
-from attnum.experiments.cells import LABELS
+from attnum.studies.paper.cells import LABELS
 from attnum.experiments.results import Row, metric, seed_summary
 from attnum.report.plotting import finish, panels, save
 

@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.findings import ClaimMap, compute_findings, compute_maps
+from attnum.studies.paper.findings import ClaimMap, compute_findings, compute_maps
 from attnum.experiments.results import Row, metric, seed_summary
-from attnum.report import inference as inference_report
-from attnum.report.figures import captions, draw_all
+from attnum.studies.serving import figures as inference_report
+from attnum.studies.paper.figures import captions, draw_all
 from attnum.store import open_store
 
 _CSS = """
@@ -68,7 +68,7 @@ def write_report(out_dir: str | Path) -> Path:
         "<h2>Findings</h2>",
         "<p>Each of the paper's claims checked against these results, per policy (where each rounding site "
         "rounds) and variant (fa1: normalise every tile; fa2: normalise once). Verdicts and numbers are "
-        "computed from the data (rules in <code>attnum.experiments.findings</code>); <i>mixed</i> means the "
+        "computed from the data (rules in <code>attnum.studies.paper.findings</code>); <i>mixed</i> means the "
         "claim holds in some cells of the grid and not in others (see its map).</p>",
         _glance(findings),
         *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps) for m in maps),
@@ -175,7 +175,7 @@ def _map_table(m: ClaimMap) -> str:
     cols = sorted({tuple(c.coords[f] for f in col_fields) for c in cells}, key=_key)
     rows = sorted(dict.fromkeys(tuple(c.coords[f] for f in row_fields) for c in cells), key=_key)
     at = {(tuple(c.coords[f] for f in row_fields), tuple(c.coords[f] for f in col_fields)): c for c in cells}
-    from attnum.experiments.cells import LABELS
+    from attnum.studies.paper.cells import LABELS
 
     head = "".join(f"<th>{_e(LABELS.get(f, f))}</th>" for f in row_fields)
     head += "".join(f"<th>{_e(', '.join(f'{LABELS.get(f, f)}={v}' for f, v in zip(col_fields, col)))}</th>"

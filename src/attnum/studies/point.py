@@ -1,6 +1,6 @@
 """What the sweep machinery asks of a study's point, in one place (see attnum.studies.registry).
 
-``attnum.experiments.points.Point`` is the compare point; the serving and parallel studies add
+``attnum.studies.paper.point.Point`` is the compare point; the serving and parallel studies add
 points of their own kinds, frozen dataclasses with a ``kind`` field. Each mixes in
 :class:`StudyPoint` for its stored ``config``, its ``key`` (a hash of the config: a point's identity
 in the store) and "no kernel point", and is rebuilt from a stored config by :func:`from_config`.

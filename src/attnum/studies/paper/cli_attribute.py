@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from attnum.cli.compare import config_command
+from attnum.studies.paper.cli_compare import config_command
 from attnum.jsonout import dumps
 from attnum.report.progress import Activity
 
 if TYPE_CHECKING:
-    from attnum.experiments.compare import CompareConfig
+    from attnum.studies.paper.compare import CompareConfig
 
-# attnum.experiments.attribute.METRICS, spelled here so that --help does not import torch (a test pins it)
+# attnum.studies.paper.attribute.METRICS, spelled here so that --help does not import torch (a test pins it)
 METRICS = ("mean_abs", "max_abs", "rmse", "rel_mean_abs")
 
 
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         """Which rounding site makes flash (and the baseline) deviate: each site alone, and each site exact."""
         import torch
 
-        from attnum.experiments.attribute import AttributeConfig, run_attribute
+        from attnum.studies.paper.attribute import AttributeConfig, run_attribute
 
         # One thread, as sweeps run points: the emulation is many small ops, where torch's intra-op
         # threads cost more than they give (and collapse on shared cores).
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         finally:
             torch.set_num_threads(threads)
         if plot is not None:
-            from attnum.report.attribution import budget_figure
+            from attnum.studies.paper.budget_figure import budget_figure
 
             paths = budget_figure(result, plot.parent if str(plot.parent) else Path("."), plot.stem,
                                   title=_title(result))
@@ -64,7 +64,7 @@ def print_budget(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from attnum.experiments.attribute import budget_rows, dominant_sentence
+    from attnum.studies.paper.attribute import budget_rows, dominant_sentence
 
     metric = result["metric"]
     table = Table(title=_title(result) + f"; exact = {result['carrier']} (the carrier)")

@@ -4,7 +4,7 @@ All three see the same inputs: float64 samples rounded once to the policy's inpu
 deviations measure the arithmetic, not the input quantization.
 
 :class:`CompareConfig` is the one description of a point: its fields are the ``attnum compare``
-flags and the sweep axes (a sweep's :class:`attnum.experiments.points.Point` is a CompareConfig
+flags and the sweep axes (a sweep's :class:`attnum.studies.paper.point.Point` is a CompareConfig
 plus what to run at it), and :data:`FIELDS` holds the one validator of each field.
 """
 

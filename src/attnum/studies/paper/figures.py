@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from attnum.experiments import cells as C
-from attnum.experiments.cells import tiles_of
+from attnum.studies.paper import cells as C
+from attnum.studies.paper.cells import tiles_of
 from attnum.experiments.results import Row, metric, seed_summary, select, series, values
-from attnum.report.attribution import budget_figure
+from attnum.studies.paper.budget_figure import budget_figure
 from attnum.report.generic import generic_figures
-from attnum.report.inference import CAPTIONS as INFERENCE_CAPTIONS
-from attnum.report.inference import draw as draw_inference
+from attnum.studies.serving.figures import CAPTIONS as INFERENCE_CAPTIONS
+from attnum.studies.serving.figures import draw as draw_inference
 from attnum.report.plotting import (
     POLICY_COLOR,
     POLICY_MARKER,
@@ -69,7 +69,7 @@ def draw_all(rows: list[Row], out_dir: Path) -> dict[str, list[Path]]:
         out[name] = paths
     for name, (paths, _caption) in generic_figures(done, out_dir, skip_groups=PAPER_GROUPS).items():
         out[name] = paths
-    out.update(draw_inference(done, out_dir))  # decode / fp8-table groups (attnum.report.inference)
+    out.update(draw_inference(done, out_dir))  # decode / fp8-table groups (attnum.studies.serving.figures)
     return out
 
 

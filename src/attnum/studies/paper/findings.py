@@ -2,7 +2,7 @@
 
 Only the claims (what the paper says) and the decision rules are written here; every sentence is a
 template filled with the measured numbers, and every verdict comes from the data. Each claim is
-judged in every *cell* of the data (:mod:`attnum.experiments.cells`: all config fields but the swept
+judged in every *cell* of the data (:mod:`attnum.studies.paper.cells`: all config fields but the swept
 axis and the seed, so N, Bc, policy, variant, input distribution and anything else a sweep varies
 stay apart), and the map says where the claim holds and where it flips.
 
@@ -30,7 +30,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from attnum.experiments import cells as C
+from attnum.studies.paper import cells as C
 from attnum.experiments.results import Row, geomean, metric, seed_summary, spearman
 
 TREND_RHO = 0.8
@@ -170,7 +170,7 @@ def compute_findings(rows: list[Row], maps: list[ClaimMap] | None = None) -> lis
                 numbers = mine[0].numbers if len(mine) == 1 else {"cells": len(mine)}
                 out.append(Finding(claim_id=m.claim_id, figure=m.figure, claim=m.claim, policy=policy,
                                    variant=variant, verdict=verdict, measured=m.summary(mine), numbers=numbers))
-    from attnum.experiments.inference import inference_findings  # decode / fp8-table rows, if any
+    from attnum.studies.serving.inference import inference_findings  # decode / fp8-table rows, if any
 
     return out + inference_findings(rows)
 

@@ -24,7 +24,7 @@ import torch
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention, masks
 from attnum.attention.eager import eager_attention
-from attnum.experiments.compare import CompareConfig, compare_inputs, require_finite_golden
+from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 from attnum.formats import torch_dtype
 from attnum.metrics import deviation, error_ratio
 from attnum.rounding import round_to

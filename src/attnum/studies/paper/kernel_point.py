@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attnum.experiments.points import Point
+from attnum.studies.paper.point import Point
 
 
 def point_inputs(point: Point):

@@ -2,13 +2,13 @@
 
 A point is a ``compare`` point (the emulated flash and baseline against the float64 golden,
 under a policy and tiles), an ``attribute`` point (the same comparison as an error budget per
-rounding site, :mod:`attnum.experiments.attribute`) or a ``kernels`` point (the real kernels
+rounding site, :mod:`attnum.studies.paper.attribute`) or a ``kernels`` point (the real kernels
 available here against the same golden, in the point's native dtype). Kernel points ignore the
 policy and tiles, so many compare
 points share one kernel point; the key makes that sharing automatic.
 
 The fields, their defaults and their validation are CompareConfig's (one set, in
-:mod:`attnum.experiments.compare`); a point adds ``kind`` and two sweep rules: its policy names no
+:mod:`attnum.studies.paper.compare`); a point adds ``kind`` and two sweep rules: its policy names no
 format (the ``format`` axis gives it), and a kernel point leaves the emulation's fields unset.
 
 Key stability: the key hashes :meth:`Point.identity`, the config without the fields added after
@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.experiments.compare import FIELDS, POLICY_NAMES, CompareConfig
+from attnum.studies.paper.compare import FIELDS, POLICY_NAMES, CompareConfig
 from attnum.formats import TORCH_DTYPE_NAMES
 
 COMPARISONS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels")
@@ -68,11 +68,11 @@ class Point(CompareConfig):
         """The point a :meth:`config` dict (a stored row's ``config``) describes."""
         cfg = dict(config)
         if cfg.get("kind") in ("decode", "fp8-table"):  # the inference profile's points
-            from attnum.experiments.inference import point_from_config
+            from attnum.studies.serving.inference import point_from_config
 
             return point_from_config(cfg)
         if cfg.get("kind") in ("ring", "spec"):  # the ring / speculative-decoding studies' points
-            from attnum.experiments.study_points import point_from_config as study_point
+            from attnum.studies.parallel.point import point_from_config as study_point
 
             return study_point(cfg)
         if cfg.get("kind") == "kernels" and cfg.get("policy") is None:

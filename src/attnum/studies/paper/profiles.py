@@ -28,7 +28,7 @@ from typing import Any
 
 from attnum.experiments.spec import SweepSpec, spec_from_dict
 
-PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")  # inference: attnum.experiments.inference
+PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")  # inference: attnum.studies.serving.inference
 _NAMED = ["bf16", "fp16", "fp32", "fp64"]
 
 
@@ -165,7 +165,7 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
 def paper_spec(profile: str, device: str = "cpu") -> SweepSpec:
     """The validated spec for ``profile`` (``quick``, ``full`` or ``smoke``) on ``device``."""
     if profile.startswith("inference"):
-        from attnum.experiments.inference import inference_spec
+        from attnum.studies.serving.inference import inference_spec
 
         return inference_spec(profile, device)
     return spec_from_dict(paper_spec_dict(profile, device),

@@ -10,7 +10,7 @@ import torch
 
 from attnum.allreduce import ALGORITHMS, allreduce_sum, grad_allreduce_mean, row_parallel_linear
 from attnum.errors import bad_value
-from attnum.experiments.spawn import run_ranks
+from attnum.studies.parallel.spawn import run_ranks
 from attnum.formats import get_format, torch_dtype
 from attnum.rounding import round_to
 

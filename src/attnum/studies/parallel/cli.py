@@ -37,9 +37,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Ring attention's deviation from golden against shards, layout and merge policy."""
-        from attnum.cli.spec import _table
-        from attnum.experiments.ring_study import RingConfig, run_ring
-        from attnum.experiments.spawn import RankFailed
+        from attnum.cli.tables import text_table as _table
+        from attnum.studies.parallel.ring_study import RingConfig, run_ring
+        from attnum.studies.parallel.spawn import RankFailed
         from attnum.kernels.context_parallel import available_cp_kernels
 
         cfg = RingConfig(shards=shards, layout=layout, merge_policy=tuple(merge_policy), policy=policy,
@@ -58,12 +58,12 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
         study = None
         if allreduce:
-            from attnum.experiments.parallel import AllreduceConfig, run_allreduce_study
+            from attnum.studies.parallel.allreduce_study import AllreduceConfig, run_allreduce_study
 
             with Activity("ring --allreduce"):
                 study = run_allreduce_study(AllreduceConfig())
         if out is not None:
-            from attnum.report.parallel import write_ring_report
+            from attnum.studies.parallel.report import write_ring_report
 
             print(f"wrote {write_ring_report(result, out, study)}")
         if as_json:

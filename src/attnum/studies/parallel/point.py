@@ -3,12 +3,12 @@
 Each is a frozen config with one scalar value per axis, a stable key and :meth:`run`, which calls the
 study itself at that one configuration and stores its one row flat:
 
-- ``ring``: :class:`RingPoint` -> :func:`attnum.experiments.ring_study.run_ring` with one shard count,
+- ``ring``: :class:`RingPoint` -> :func:`attnum.studies.parallel.ring_study.run_ring` with one shard count,
   layout and merge policy: ``max_abs``, ``mean_abs``, ``rmse`` against the fp64 golden, the
   single-device flash beside it (``single_max_abs``, ``single_mean_abs``, ``ratio_to_single``),
   ``nan``, and the timings. Simulated backend only (``attnum ring --backend gloo`` runs real ranks).
   ``policy`` names no format; the ``format`` axis gives it, as in compare points.
-- ``spec``: :class:`SpecPoint` -> :func:`attnum.experiments.spec_decode.run_spec` with one format
+- ``spec``: :class:`SpecPoint` -> :func:`attnum.studies.speculative.spec_decode.run_spec` with one format
   and one k, the exact enumeration (no Monte-Carlo): ``tv`` (to the target), ``tv_plain`` (plain
   sampling from the rounded target, the baseline), ``tv_first``, ``fail``, ``expected_tokens``,
   ``ratio`` and ``seconds``.
@@ -25,8 +25,8 @@ from typing import Any
 from attnum.attention.merge import METHODS
 from attnum.attention.ring import LAYOUTS
 from attnum.errors import AttnumInputError, bad_value
-from attnum.experiments.compare import FIELDS as COMPARE_FIELDS
-from attnum.experiments.compare import POLICY_NAMES
+from attnum.studies.paper.compare import FIELDS as COMPARE_FIELDS
+from attnum.studies.paper.compare import POLICY_NAMES
 from attnum.studies.point import StudyPoint, from_config
 from attnum.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
@@ -131,7 +131,7 @@ class RingPoint(_PointMixin):
         return ",".join([f"{head}:{self.format}", *sites])
 
     def ring_config(self):
-        from attnum.experiments.ring_study import RingConfig
+        from attnum.studies.parallel.ring_study import RingConfig
 
         return RingConfig(shards=(self.shards,), layout=(self.layout,), merge_policy=(self.merge_policy,),
                           policy=self.ring_policy(), merge_method=self.merge_method, seq_len=self.seq_len,
@@ -139,7 +139,7 @@ class RingPoint(_PointMixin):
                           causal=self.causal, block_k=self.block_k, seed=self.seed, backend=self.backend)
 
     def run(self) -> dict[str, Any]:
-        from attnum.experiments.ring_study import run_ring
+        from attnum.studies.parallel.ring_study import run_ring
 
         (row,) = run_ring(self.ring_config())["rows"]
         return {k: v for k, v in row.items() if k not in ("shards", "layout", "merge_policy", "backend")}
@@ -179,7 +179,7 @@ class SpecPoint(_PointMixin):
         self.spec_config()  # vocab**(k+1) small enough to enumerate, ...
 
     def spec_config(self):
-        from attnum.experiments.spec_decode import SpecConfig
+        from attnum.studies.speculative.spec_decode import SpecConfig
 
         return SpecConfig(vocab=self.vocab, k=(self.k,), format=(self.format,), draft_format=self.draft_format,
                           noise=self.noise, q_zero=self.q_zero, zero_residual=self.zero_residual,
@@ -187,7 +187,7 @@ class SpecPoint(_PointMixin):
                           seed=self.seed)
 
     def run(self) -> dict[str, Any]:
-        from attnum.experiments.spec_decode import run_spec
+        from attnum.studies.speculative.spec_decode import run_spec
 
         (row,) = run_spec(self.spec_config())["rows"]
         return {k: v for k, v in row.items() if k not in ("format", "k", "vocab")}

@@ -16,7 +16,7 @@ from datetime import timedelta
 import torch
 
 from attnum.attention.ring import RingPlan, RingRank, plan_for, shard_positions
-from attnum.experiments.spawn import run_ranks
+from attnum.studies.parallel.spawn import run_ranks
 
 
 def _ring_rank(rank: int, world: int, q, k, v, layout: str, plan: RingPlan, timeout: float, backend: str):
@@ -52,7 +52,7 @@ def ring_attention_distributed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """:func:`attnum.attention.ring.ring_attention`'s arguments, run on ``shards`` processes.
 
     ``backend``: ``gloo`` (CPU) or ``nccl`` (one GPU per rank). A rank that fails or dies raises
-    :class:`attnum.experiments.spawn.RankFailed` naming it; ``timeout`` bounds every wait.
+    :class:`attnum.studies.parallel.spawn.RankFailed` naming it; ``timeout`` bounds every wait.
     """
     plan = plan_for(q, k, v, is_causal=is_causal, scale=scale, policy=policy, merge_policy=merge_policy,
                     merge_method=merge_method, block_q=block_q, block_k=block_k)

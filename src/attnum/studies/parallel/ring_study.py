@@ -124,7 +124,7 @@ def run_ring(cfg: RingConfig) -> dict:
                        "sim_seconds": time.perf_counter() - t0, "flash_seconds": flash_s}
                 out = sim
                 if cfg.backend in ("gloo", "nccl"):
-                    from attnum.experiments.ring_run import ring_attention_distributed
+                    from attnum.studies.parallel.ring_run import ring_attention_distributed
 
                     t0 = time.perf_counter()
                     out = ring_attention_distributed(q, k, v, backend=cfg.backend, timeout=cfg.timeout, **kw)

@@ -34,12 +34,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """RMSE vs float64 golden of baseline/FA2/FA3 in FP16 and FP8, beside the paper's numbers."""
-        from attnum.experiments.fp8_table import PAPER_RATIO, FP8TableConfig, run_fp8_table, table_meta
+        from attnum.studies.serving.fp8_table import PAPER_RATIO, FP8TableConfig, run_fp8_table, table_meta
 
         if mla_kv_len < 1:  # checked with or without --mla: a flag that is given is a flag that is read
             raise bad_value("--mla-kv-len", mla_kv_len, "a positive integer (cached tokens)")
         if mla:
-            from attnum.experiments.mla_table import MLATableConfig
+            from attnum.studies.serving.mla_table import MLATableConfig
 
             _mla_table(MLATableConfig(kv_len=mla_kv_len, seed=seed), as_json)
             return
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _mla_table(cfg, as_json: bool) -> None:
-    from attnum.experiments.mla_table import run_mla_table
+    from attnum.studies.serving.mla_table import run_mla_table
 
     with Activity("fp8-table --mla"):
         rows = run_mla_table(cfg)

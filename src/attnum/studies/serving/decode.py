@@ -32,7 +32,7 @@ from attnum.attention.masks import ALIGNMENTS
 from attnum.attention.merge import parse_lse_base
 from attnum.attention.paged import paged_decode_attention, to_pages
 from attnum.errors import AttnumInputError, bad_value
-from attnum.experiments.compare import FIELDS as COMPARE_FIELDS
+from attnum.studies.paper.compare import FIELDS as COMPARE_FIELDS
 from attnum.formats import get_format
 from attnum.inputs import InputSpec, make_qkv
 from attnum.metrics import deviation
@@ -220,7 +220,7 @@ def _mla_cache(cfg: DecodeConfig):
 
 def _run_mla(cfg: DecodeConfig, policy) -> dict[str, Any]:
     from attnum.attention.mla import mla_attention, mla_golden
-    from attnum.experiments.mla_table import MLATableConfig, mla_inputs
+    from attnum.studies.serving.mla_table import MLATableConfig, mla_inputs
 
     args = mla_inputs(MLATableConfig(batch=cfg.batch, heads=cfg.heads, q_len=cfg.queries, kv_len=cfg.cache_len,
                                      rank=cfg.mla_rank, nope_dim=cfg.head_dim, v_dim=cfg.head_dim, seed=cfg.seed))

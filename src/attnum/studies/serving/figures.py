@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.inference import fp8_rows
+from attnum.studies.serving.inference import fp8_rows
 from attnum.experiments.results import Row, metric, seed_summary, select, series
 from attnum.report.plotting import finish, log_y, panels, save, spread_line
 

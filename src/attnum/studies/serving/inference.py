@@ -2,11 +2,11 @@
 
 Two point kinds, each a frozen config plus ``kind`` with a stable key, run by :meth:`run` in a worker:
 
-- ``decode``: a :class:`attnum.experiments.decode.DecodeConfig` (the ``attnum decode`` flags are its
-  axes) -> :func:`attnum.experiments.decode.run_decode`'s metrics;
-- ``fp8-table``: FlashAttention-3's FP8 comparison (:mod:`attnum.experiments.fp8_table`) -> its rows.
+- ``decode``: a :class:`attnum.studies.serving.decode.DecodeConfig` (the ``attnum decode`` flags are its
+  axes) -> :func:`attnum.studies.serving.decode.run_decode`'s metrics;
+- ``fp8-table``: FlashAttention-3's FP8 comparison (:mod:`attnum.studies.serving.fp8_table`) -> its rows.
 
-The profile's groups (each a figure of :mod:`attnum.report.inference`): deviation against ``splits``,
+The profile's groups (each a figure of :mod:`attnum.studies.serving.figures`): deviation against ``splits``,
 ``page_size`` (the kernel tiling by page), KV-cache format, GQA ratio, MLA absorbed vs explicit per
 latent-cache format, and the FP8 table. Sizes are chosen so the whole profile fits in 15 minutes on 2
 cores (``smoke``: seconds, for tests).
@@ -18,7 +18,7 @@ import dataclasses
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.experiments.decode import DecodeConfig, run_decode
+from attnum.studies.serving.decode import DecodeConfig, run_decode
 from attnum.experiments.spec import Group, SweepSpec
 from attnum.studies.point import StudyPoint, from_config
 from attnum.nanmath import nan_max
@@ -80,12 +80,12 @@ class FP8TablePoint(_PointMixin):
         self._check_device()
 
     def _table_config(self):
-        from attnum.experiments.fp8_table import FP8TableConfig
+        from attnum.studies.serving.fp8_table import FP8TableConfig
 
         return FP8TableConfig(seq_len=self.seq_len, heads=self.heads, head_dim=self.head_dim, seed=self.seed)
 
     def run(self) -> dict[str, Any]:
-        from attnum.experiments.fp8_table import run_fp8_table, table_meta
+        from attnum.studies.serving.fp8_table import run_fp8_table, table_meta
 
         cfg = self._table_config()
         return {"rows": run_fp8_table(cfg), "meta": table_meta(cfg)}
@@ -170,8 +170,8 @@ def _median(rows: list, path: str) -> float | None:
 
 
 def inference_findings(rows: list) -> list:
-    """The inference profile's claims checked against its rows (:class:`attnum.experiments.findings.Finding`)."""
-    from attnum.experiments.findings import Finding
+    """The inference profile's claims checked against its rows (:class:`attnum.studies.paper.findings.Finding`)."""
+    from attnum.studies.paper.findings import Finding
     from attnum.experiments.results import select, values
 
     out = []

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from attnum.cli.tables import text_table as _table
 from attnum.jsonout import dumps
 from attnum.report.progress import Activity
 
@@ -32,8 +33,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Exact total-variation distance of one speculative step to the target, under a format."""
-        from attnum.experiments.spec_decode import SpecConfig, run_spec
-        from attnum.experiments.spec_decode import mechanisms as mech_table
+        from attnum.studies.speculative.spec_decode import SpecConfig, run_spec
+        from attnum.studies.speculative.spec_decode import mechanisms as mech_table
 
         if mechanisms:
             rows = mech_table()
@@ -50,7 +51,7 @@ def register(app: typer.Typer) -> None:
         with Activity("spec"):
             result = run_spec(cfg)
         if out is not None:
-            from attnum.report.parallel import write_spec_report
+            from attnum.studies.parallel.report import write_spec_report
 
             print(f"wrote {write_spec_report(result, out)}")
         if as_json:
@@ -89,17 +90,3 @@ def register(app: typer.Typer) -> None:
         if result["verdict"] != "pass":
             raise typer.Exit(1)
 
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3e}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4) else f"{v:.4g}"
-    return "" if v is None else str(v)
-
-
-def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
-    cols = tuple(c for c in cols if any(c in r for r in rows))
-    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
-    width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, width))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, width)) for row in cells]
-    return "\n".join(lines)

@@ -51,10 +51,10 @@ from attnum.attention.ties import TieCount, score_ties_by
 from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
-from attnum.training.bias_sites import SiteBiasConfig, run_site_bias
-from attnum.training.data import step_generator
-from attnum.training.models import ModelConfig, set_attention
-from attnum.training.workloads import Workload, WorkloadConfig
+from attnum.studies.training.bias_sites import SiteBiasConfig, run_site_bias
+from attnum.studies.training.data import step_generator
+from attnum.studies.training.models import ModelConfig, set_attention
+from attnum.studies.training.workloads import Workload, WorkloadConfig
 
 RUNS = {
     "fp32": "flash:fp32",
@@ -69,7 +69,7 @@ PROFILES: dict[str, dict] = {
     "bias": dict(steps=2500, log_every=25, lr=1e-1, seq_len=64, batch_size=16, block_k=8, data="repeat", jobs=2),
     "bias-tiny": dict(steps=6, log_every=2, lr=1e-2, seq_len=16, batch_size=4, block_k=4, data="repeat", jobs=1),
 }
-# Kernel-level cases of the report's per-site table (attnum.training.bias_sites), per profile.
+# Kernel-level cases of the report's per-site table (attnum.studies.training.bias_sites), per profile.
 SITE_CASES: dict[str, tuple[dict, ...]] = {
     "bias": (dict(dist="ties", seq_len=1024, block_k=16, logit_scale=0.1, causal=False),
              dict(dist="normal", seq_len=1024, block_k=16, logit_scale=0.1, causal=False)),
@@ -289,8 +289,8 @@ def run_bias(cfg: BiasConfig, *, log=print, progress: bool = True) -> dict:
     """Train every run (``cfg.jobs`` processes; ``progress``: each prints a line every ``log_every``
     steps), compute the headline, write results.json and the report (index.html and figures) into
     ``cfg.out``; returns the summary."""
-    from attnum.training.bias_headline import headline
-    from attnum.training.bias_report import write_report
+    from attnum.studies.training.bias_headline import headline
+    from attnum.studies.training.bias_report import write_report
 
     t0 = time.perf_counter()
     log(f"bias profile {cfg.profile}: runs {', '.join(cfg.runs)}; {cfg.steps} steps, lr {cfg.lr}, "

@@ -3,7 +3,7 @@
 - **Blow-up**: the first step whose loss is not finite, or whose loss averaged over the last
   ``SMOOTH`` steps (a fifth of a shorter run) exceeds ``BLOWUP`` times the lowest such average so far
   (batches differ, so single steps are noisy); a run that never does has not blown up.
-- **Update bias**: ``update_bias`` (see :mod:`attnum.training.bias`) averaged over the logged windows
+- **Update bias**: ``update_bias`` (see :mod:`attnum.studies.training.bias`) averaged over the logged windows
   and the attention weights; ``update_signed`` likewise, and ``grad_bias`` for the raw gradients.
 - **Accumulation**: ``coherence`` and ``lowrank`` of the summed update error at the last step
   (median over the attention weights); a random walk keeps coherence near 1, a fixed direction

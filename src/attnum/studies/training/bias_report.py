@@ -1,6 +1,6 @@
 """Figures and one self-contained HTML page for ``attnum diverge --profile bias``.
 
-Reads only the summary :func:`attnum.training.bias.run_bias` produced; nothing is recomputed here.
+Reads only the summary :func:`attnum.studies.training.bias.run_bias` produced; nothing is recomputed here.
 Figures are PNGs embedded as data URIs (``img.figure``); a small script marks
 ``<body data-figures="loaded/total">`` once every figure decoded, so a headless browser can check
 the page without a screenshot.
@@ -45,7 +45,7 @@ def _median_over_weights(per_weight: dict[str, list[float]]) -> list[float]:
 
 
 def loss_figure(runs: dict, out: Path) -> Path:
-    from attnum.training.bias_headline import smoothed, window
+    from attnum.studies.training.bias_headline import smoothed, window
 
     fig, ax = _plt().subplots(figsize=(7, 3.6))
     for name, r in runs.items():
@@ -156,7 +156,7 @@ def write_report(summary: dict, out: Path) -> Path:
 lr {cfg['lr']}, context {cfg['seq_len']}, batch {cfg['batch_size']}, KV tile Bc = {cfg['block_k']}, data
 <code>{html.escape(cfg['data'])}</code>; init seed {cfg['init_seed']} and data seed {cfg['data_seed']} in every run.
 Every run's attention differs; the rest of the model is fp32. Update errors are taken at each run's own weights
-against fp32 attention (definitions in <code>attnum.training.bias</code>).</p>
+against fp32 attention (definitions in <code>attnum.studies.training.bias</code>).</p>
 <h2>Headline (computed from the runs below)</h2><ul>{lines}</ul>
 <h2>Runs</h2><table><tr><th>run</th><th>attention</th>{''.join(f'<th>{c}</th>' for c in cols)}<th>wall s</th></tr>{table}</table>
 {''.join(_img(p) for p in figs)}

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
     def diverge(
         workload: str = typer.Option("digits", help="digits (caption-conditioned diffusion) or lm (byte LM)."),
         profile: str = typer.Option("quick", help="quick (minutes on 2 CPU cores) or full; bias (bias-tiny): the "
-                                                  "biased-rounding comparison of attnum.training.bias (lm only)."),
+                                                  "biased-rounding comparison of attnum.studies.training.bias (lm only)."),
         attention: str = typer.Option(
             "flash:uniform:bf16", help="Candidate: flash:POLICY, baseline:POLICY, eager, or a kernel name (default: "
                                        "flash with every site in bf16, the paper's pairing)."),
@@ -47,8 +47,8 @@ def register(app: typer.Typer) -> None:
 
         check_out_folder(out)  # an existing file as --out: one line, before any training
         if checkpoints:
-            from attnum.training.folder_compare import compare_folders
-            from attnum.training.report import write_checkpoint_report
+            from attnum.studies.training.folder_compare import compare_folders
+            from attnum.studies.training.report import write_checkpoint_report
 
             with Activity("diverge --checkpoints"):
                 result = compare_folders(*checkpoints)
@@ -58,13 +58,13 @@ def register(app: typer.Typer) -> None:
             print(dumps(result, indent=1) if as_json else _folders_text(result))
             return
         if profile.startswith("bias"):
-            from attnum.cli.bias import diverge_bias
+            from attnum.studies.training.cli_bias import diverge_bias
 
             with one_writer(out):
                 diverge_bias(profile=profile, workload=workload, steps=steps, block_k=block_k,
                              seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out, as_json=as_json)
             return
-        from attnum.training.diverge import DivergeConfig, run_diverge
+        from attnum.studies.training.diverge import DivergeConfig, run_diverge
 
         cfg = DivergeConfig(
             workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,

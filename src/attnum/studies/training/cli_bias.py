@@ -1,4 +1,4 @@
-"""``attnum diverge --profile bias``: the biased-rounding comparison (attnum.training.bias), printed."""
+"""``attnum diverge --profile bias``: the biased-rounding comparison (attnum.studies.training.bias), printed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int
                  data_seed: int, out: Path, as_json: bool) -> None:
     """Map ``attnum diverge``'s flags onto :class:`BiasConfig` (the first seed is the init seed of
     every run), run it with progress lines, print the headline."""
-    from attnum.training.bias import BiasConfig, run_bias
+    from attnum.studies.training.bias import BiasConfig, run_bias
 
     if workload != "lm":
         raise AttnumInputError(f"workload={workload!r} is not allowed with --profile {profile}; expected lm")

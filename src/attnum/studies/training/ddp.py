@@ -1,6 +1,6 @@
 """Run a workload under torchrun (DDP): gloo on CPU, nccl on GPU.
 
-    torchrun --nproc_per_node 2 -m attnum.training.ddp --workload digits --steps 20 --out runs/ddp
+    torchrun --nproc_per_node 2 -m attnum.studies.training.ddp --workload digits --steps 20 --out runs/ddp
 
 Every rank builds the same model (same init seed), trains on its slice of the same global batch
 (``data.shard``), and at the end writes its own weights to ``OUT/<name>/rank_<r>.safetensors``, so
@@ -16,14 +16,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from attnum.training.checkpoints import save_checkpoint
-from attnum.training.diverge import workload_config
-from attnum.training.loop import RunConfig, train
-from attnum.training.workloads import WORKLOADS
+from attnum.studies.training.checkpoints import save_checkpoint
+from attnum.studies.training.diverge import workload_config
+from attnum.studies.training.loop import RunConfig, train
+from attnum.studies.training.workloads import WORKLOADS
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnum.training.ddp")
+    p = argparse.ArgumentParser(prog="python -m attnum.studies.training.ddp")
     p.add_argument("--workload", choices=WORKLOADS, default="digits")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--ckpt-every", type=int, default=10)

@@ -12,7 +12,7 @@ For each init seed ``s`` of ``seeds``, three runs of one workload with one data 
 The different-init proxy (comparison b, a difference everyone accepts) pairs ``baseline-s`` with the
 baseline of the next seed. Every comparison is made at every checkpoint (max |dW| and W1, see
 ``divergence``); the headline divides flash's figures by each proxy's, per seed, and gives their
-spread over the seeds (:mod:`attnum.training.headline`).
+spread over the seeds (:mod:`attnum.studies.training.headline`).
 
 Runs resume: a run whose ``log.json`` records this exact configuration is finished and is not
 trained again (an interrupted run has no log and is retrained from its start), as a sweep skips
@@ -28,12 +28,12 @@ from pathlib import Path
 from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
-from attnum.training.checkpoints import checkpoint_name, load_state
-from attnum.training.divergence import weight_divergence
-from attnum.training.headline import headline, summarise
-from attnum.training.loop import PRECISIONS, RunConfig, finished, train
-from attnum.training.models import ModelConfig
-from attnum.training.workloads import WORKLOADS, WorkloadConfig
+from attnum.studies.training.checkpoints import checkpoint_name, load_state
+from attnum.studies.training.divergence import weight_divergence
+from attnum.studies.training.headline import headline, summarise
+from attnum.studies.training.loop import PRECISIONS, RunConfig, finished, train
+from attnum.studies.training.models import ModelConfig
+from attnum.studies.training.workloads import WORKLOADS, WorkloadConfig
 
 PROFILES: dict[str, dict[str, int]] = {
     "quick": {"steps": 400, "ckpt_every": 20},
@@ -143,7 +143,7 @@ def divergence_curves(run_dir: Path, steps: list[int], comparisons: dict[str, tu
 
 def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
     """Train (or reuse) every run, compare them, write results.json + figures + index.html into ``cfg.out``."""
-    from attnum.training.report import write_report
+    from attnum.studies.training.report import write_report
 
     out = Path(cfg.out)
     run_dir = out / "runs"

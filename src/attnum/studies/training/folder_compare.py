@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnum.errors import AttnumInputError
-from attnum.training.checkpoints import list_checkpoints, load_state, step_of
-from attnum.training.divergence import weight_divergence
+from attnum.studies.training.checkpoints import list_checkpoints, load_state, step_of
+from attnum.studies.training.divergence import weight_divergence
 
 
 def pair_files(a_dir: Path, b_dir: Path) -> tuple[list[tuple[str, Path, Path]], list[str]]:

@@ -21,10 +21,10 @@ from attnum.errors import bad_value
 from attnum.formats import torch_dtype
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
-from attnum.training.checkpoints import checkpoint_name, save_checkpoint
-from attnum.training.data import shard
-from attnum.training.models import set_attention
-from attnum.training.workloads import Workload, WorkloadConfig
+from attnum.studies.training.checkpoints import checkpoint_name, save_checkpoint
+from attnum.studies.training.data import shard
+from attnum.studies.training.models import set_attention
+from attnum.studies.training.workloads import Workload, WorkloadConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -13,8 +13,8 @@ import math
 import statistics
 from pathlib import Path
 
-from attnum.training.diverge import COMPARISONS
-from attnum.training.headline import METRICS, PROXIES
+from attnum.studies.training.diverge import COMPARISONS
+from attnum.studies.training.headline import METRICS, PROXIES
 
 _COLORS = {"flash": "tab:red", "seed": "tab:blue", "lowprec": "tab:green", "baseline": "black"}
 _STYLES = {"flash": "-", "seed": "--", "lowprec": "-."}

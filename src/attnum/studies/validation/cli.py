@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         if eager:
             _validate_eager(formats, seq_lens, heads, head_dim, causal, seed, as_json)
             return
-        from attnum.experiments.validate import ValidateConfig, run_validate
+        from attnum.studies.validation.validate import ValidateConfig, run_validate
 
         cfg = ValidateConfig(formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
                              seq_lens=_ints(seq_lens, "seq_lens"), heads=heads, head_dim=head_dim,
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
 
 def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, causal: bool, seed: int,
                     as_json: bool) -> None:
-    from attnum.experiments.validate_eager import FORMATS, EagerValidateConfig, run_validate_eager
+    from attnum.studies.validation.validate_eager import FORMATS, EagerValidateConfig, run_validate_eager
 
     wanted = tuple(f.strip() for f in formats.split(",") if f.strip()) or FORMATS
     cfg = EagerValidateConfig(formats=wanted, seq_lens=_ints(seq_lens, "seq_lens"), heads=heads,

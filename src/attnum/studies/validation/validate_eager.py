@@ -1,6 +1,6 @@
 """Validate the ``torch-eager:<fmt>`` policy against PyTorch eager attention on CPU.
 
-As :mod:`attnum.experiments.validate` does for the flash kernel: the emulated baseline under
+As :mod:`attnum.studies.validation.validate` does for the flash kernel: the emulated baseline under
 ``torch-eager:<fmt>`` and eager attention run op by op in that dtype
 (:func:`attnum.attention.eager.eager_attention`, ``softmax(Q K^T * scale) V``) see the same inputs,
 already in the dtype, and are compared in ULPs of it. For contrast the same comparison is made for
