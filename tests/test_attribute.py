@@ -8,6 +8,7 @@ import pytest
 
 from attnum.cli import main
 from attnum.errors import AttnumInputError
+from attnum.policy import parse_policy
 from attnum.studies.paper.attribute import (
     ATTRIBUTED,
     AttributeConfig,
@@ -18,7 +19,6 @@ from attnum.studies.paper.attribute import (
     without_policy,
 )
 from attnum.studies.paper.compare import CompareConfig, run_compare
-from attnum.policy import parse_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SMALL = dict(format="bf16", seq_len=96, heads=1, head_dim=16, block_q=16, block_k=8)

@@ -82,12 +82,12 @@ def test_version(capsys):
 
 
 def test_reproduce_and_attribute_help_constants_match_the_studies():
-    from attnum.studies.paper.cli_attribute import METRICS
     from attnum.cli.reproduce import PROFILES
     from attnum.studies.paper.attribute import METRICS as REAL_METRICS
-    from attnum.studies.paper.profiles import PROFILES as REAL_PROFILES
+    from attnum.studies.paper.cli_attribute import METRICS
+    from attnum.studies.registry import profiles
 
-    assert METRICS == REAL_METRICS and PROFILES == REAL_PROFILES
+    assert METRICS == REAL_METRICS and PROFILES == tuple(profiles())
 
 
 # --- 3: conventional metavars -----------------------------------------------------------------

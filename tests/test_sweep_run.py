@@ -10,11 +10,11 @@ from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, run_cli
 
 from attnum.attention import golden_attention
 from attnum.executors import SweepOptions, run_sweep
+from attnum.experiments.spec import load_spec, spec_from_dict
+from attnum.store import open_store
 from attnum.studies.paper.compare import run_compare
 from attnum.studies.paper.kernel_point import point_inputs
 from attnum.studies.paper.point import Point
-from attnum.experiments.spec import load_spec, spec_from_dict
-from attnum.store import open_store
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,9 @@ from typing import Any
 from attnum.nanmath import nan_max, nan_min
 
 Row = dict[str, Any]
+# How figures and tables name a config field (the paper's letters); a field not here is its own label.
+LABELS = {"seq_len": "N", "kv_len": "S", "head_dim": "d", "dist": "dist", "baseline_policy": "baseline",
+          "format": "format", "policy": "policy", "variant": "variant", "Bc": "Bc", "Br": "Br", "group": "group"}
 
 
 def metric(row: Row, path: str) -> float | None:

@@ -35,7 +35,9 @@ A :class:`StudyKind` is one value of a stored point's ``kind``:
 - ``from_config(config) -> point`` (default ``point_type(**config)``): a stored config back to a point;
 - ``expand(config) -> tuple of points`` (default one ``from_config``): how one spec entry becomes points;
 - ``metrics``: ``((path, label), ...)`` the report's generic per-group figures draw for this kind
-  (empty: the family draws its own figures, or none).
+  (empty: the family draws its own figures, or none);
+- ``in_specs`` (default True): whether a spec may name the kind (False: its points follow from
+  others', as ``kernels`` points from ``compare`` points through ``kernel_point()``).
 
 A :class:`Family` adds what is per study rather than per kind:
 
@@ -78,6 +80,7 @@ class StudyKind:
     from_config: Callable[[dict[str, Any]], Any] | None = None
     expand: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
     metrics: tuple[tuple[str, str], ...] = ()
+    in_specs: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -210,6 +213,16 @@ def axis_checks() -> dict[str, AxisCheck]:
     return out
 
 
+def spec_kinds() -> tuple[str, ...]:
+    """The kinds a sweep spec may name."""
+    return tuple(name for name, kind in kinds().items() if kind.in_specs)
+
+
+def kind_metrics() -> dict[str, tuple[tuple[str, str], ...]]:
+    """{kind: ((metric path, label), ...)} for the report's generic figures (kinds that register some)."""
+    return {name: kind.metrics for name, kind in kinds().items() if kind.metrics}
+
+
 def record_choices() -> tuple[str, ...]:
     """The comparisons a spec's ``record`` may name (every family's, in registry order)."""
     return tuple(dict.fromkeys(r for f in families() for r in f.record))
@@ -228,3 +241,8 @@ def register_cli(app: Any) -> None:
         module = f"attnum.studies.{name}.cli"
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module).register(app)
+
+
+def all_findings(rows: list[Row]) -> list[Finding]:
+    """Every family's findings for ``rows``, in registry order."""
+    return [f for family in families() if family.findings for f in family.findings(rows)]

@@ -10,8 +10,9 @@ at tiny sizes. tests/test_old_store.py reads it with the current code. Not colle
 import dataclasses
 from pathlib import Path
 
-from attnum.executors import SweepOptions, run_sweep
 from attnum.experiments.inference import FP8TablePoint
+
+from attnum.executors import SweepOptions, run_sweep
 from attnum.experiments.spec import Group, load_spec
 
 spec = load_spec("spec.toml")

@@ -25,10 +25,10 @@ import time
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.errors import bad_value
-from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 from attnum.formats import PRESETS, FloatFormat
 from attnum.metrics import deviation
 from attnum.policy import Policy
+from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 
 ATTRIBUTED = ("scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
 NOT_ATTRIBUTED = {

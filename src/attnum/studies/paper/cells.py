@@ -14,13 +14,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from attnum.experiments.results import Row
+from attnum.experiments.results import LABELS, Row
 
 TILE_FIELDS = ("block_q", "block_k", "sram", "swap_blocks", "square")
 ALWAYS = ("policy", "variant")
 # Display names of coordinates, for tables and sentences.
-LABELS = {"seq_len": "N", "kv_len": "S", "head_dim": "d", "dist": "dist", "baseline_policy": "baseline",
-          "format": "format", "policy": "policy", "variant": "variant", "Bc": "Bc", "Br": "Br", "group": "group"}
 EVERYWHERE = "everywhere in the grid"
 _ORDER = ("group", "format", "policy", "baseline_policy", "variant", "dist", "seq_len", "Bc", "Br")
 

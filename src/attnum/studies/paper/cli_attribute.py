@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from attnum.studies.paper.cli_compare import config_command
 from attnum.jsonout import dumps
 from attnum.report.progress import Activity
+from attnum.studies.paper.cli_compare import config_command
 
 if TYPE_CHECKING:
     from attnum.studies.paper.compare import CompareConfig

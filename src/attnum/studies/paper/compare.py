@@ -25,11 +25,13 @@ from attnum.errors import AttnumInputError, bad_value
 from attnum.formats import get_format
 from attnum.inputs import DISTS, InputSpec, make_qkv
 from attnum.metrics import deviation, error_ratio
-from attnum.policy import NAMED, parse_policy
+from attnum.policy import parse_policy
 from attnum.rounding import round_to
+from attnum.studies.axes import COMMON, DEVICES, POLICY_NAMES  # noqa: F401 - compare's names for them too
+from attnum.studies.axes import is_bool as _bool
+from attnum.studies.axes import opt_positive_int as _opt_positive_int
+from attnum.studies.axes import parses as _parses
 
-DEVICES = ("cpu", "cuda")
-POLICY_NAMES = tuple(NAMED)
 KV_ORDERS = ("forward", "reverse", "random", "random:SEED")
 
 
@@ -103,64 +105,32 @@ class CompareConfig:
         return {f.name: getattr(self, f.name) for f in fields(CompareConfig)}
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _positive_int(v: Any) -> bool:
-    return _int(v) and v > 0
-
-
-def _opt_positive_int(v: Any) -> bool:
-    return v is None or _positive_int(v)
-
-
-def _parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
-    """A check that asks the core's own parser (formats, policies, tile orders)."""
-
-    def ok(v: Any) -> bool:
-        if not isinstance(v, str):
-            return False
-        try:
-            parse(v)
-        except AttnumInputError:
-            return False
-        return True
-
-    return ok
-
-
-def _bool(v: Any) -> bool:
-    return isinstance(v, bool)
-
-
 # field -> (what is allowed, check): the one validator of each field, for the CLI and the sweeps.
 FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
-               "overrides", _parses(lambda v: parse_policy(v, "fp32"))),
-    "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", _parses(get_format)),
+    "policy": COMMON["policy"],
+    "format": COMMON["format"],
     "baseline_policy": ("unset (the policy), or a policy as for policy (e.g. torch-eager)",
                         lambda v: v is None or _parses(lambda x: parse_policy(x, "fp32"))(v)),
-    "seq_len": ("a positive integer (N)", _positive_int),
+    "seq_len": COMMON["seq_len"],
     "kv_len": ("a positive integer (S; default seq_len)", _opt_positive_int),
-    "head_dim": ("a positive integer (d)", _positive_int),
-    "heads": ("a positive integer (H)", _positive_int),
-    "kv_heads": ("a positive integer dividing heads (G; default heads)", _opt_positive_int),
-    "batch": ("a positive integer (B)", _positive_int),
+    "head_dim": COMMON["head_dim"],
+    "heads": COMMON["heads"],
+    "kv_heads": COMMON["kv_heads"],
+    "batch": COMMON["batch"],
     "block_q": ("a positive integer (Br)", _opt_positive_int),
-    "block_k": ("a positive integer (Bc)", _opt_positive_int),
+    "block_k": COMMON["block_k"],
     "sram": ("a positive integer (M, the SRAM size in elements that sets Br and Bc)", _opt_positive_int),
     "swap_blocks": ("true or false", _bool),
     "square": ("true or false", _bool),
     "variant": (f"one of {VARIANTS}", lambda v: v in VARIANTS),
     "kv_order": (f"one of {KV_ORDERS}", _parses(lambda v: kv_tile_order(1, v))),
-    "causal": ("true or false", _bool),
+    "causal": COMMON["causal"],
     "causal_alignment": (f"one of {ALIGNMENTS}", lambda v: v in ALIGNMENTS),
     "dist": (f"one of {DISTS}", lambda v: v in DISTS),
     "logit_scale": ("a positive finite number (multiplies Q)",
                     lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")),
-    "seed": ("an integer in [0, 2**32 - 1]", lambda v: _int(v) and 0 <= v < 2**32),  # derived seeds fit 64 bits
-    "device": (f"one of {DEVICES}", lambda v: v in DEVICES),
+    "seed": COMMON["seed"],
+    "device": COMMON["device"],
 }
 
 

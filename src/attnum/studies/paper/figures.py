@@ -12,13 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from attnum.studies.paper import cells as C
-from attnum.studies.paper.cells import tiles_of
 from attnum.experiments.results import Row, metric, seed_summary, select, series, values
-from attnum.studies.paper.budget_figure import budget_figure
-from attnum.report.generic import generic_figures
-from attnum.studies.serving.figures import CAPTIONS as INFERENCE_CAPTIONS
-from attnum.studies.serving.figures import draw as draw_inference
 from attnum.report.plotting import (
     POLICY_COLOR,
     POLICY_MARKER,
@@ -33,6 +27,9 @@ from attnum.report.plotting import (
     style_legend,
     variant_label,
 )
+from attnum.studies.paper import cells as C
+from attnum.studies.paper.budget_figure import budget_figure
+from attnum.studies.paper.cells import tiles_of
 
 FVB = "flash_vs_baseline.max_abs"
 PAPER_GROUPS = ("fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist",
@@ -67,9 +64,6 @@ def draw_all(rows: list[Row], out_dir: Path) -> dict[str, list[Path]]:
             out[name] = paths
     for name, (paths, _caption) in _budgets(done, out_dir).items():
         out[name] = paths
-    for name, (paths, _caption) in generic_figures(done, out_dir, skip_groups=PAPER_GROUPS).items():
-        out[name] = paths
-    out.update(draw_inference(done, out_dir))  # decode / fp8-table groups (attnum.studies.serving.figures)
     return out
 
 
@@ -78,10 +72,6 @@ def captions(rows: list[Row]) -> dict[str, str]:
     done = [r for r in rows if r.get("status") == "done"]
     out = dict(FIGURE_CAPTIONS)
     out.update({name: cap for name, cap in _budget_captions(done).items()})
-    from attnum.report.generic import generic_captions
-
-    out.update(generic_captions(done, skip_groups=PAPER_GROUPS))
-    out.update(INFERENCE_CAPTIONS)
     return out
 
 

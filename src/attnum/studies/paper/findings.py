@@ -30,8 +30,9 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from attnum.studies.paper import cells as C
 from attnum.experiments.results import Row, geomean, metric, seed_summary, spearman
+from attnum.studies.paper import cells as C
+from attnum.studies.registry import Finding
 
 TREND_RHO = 0.8
 TEN_X_BAND = (10 / math.sqrt(10), 10 * math.sqrt(10))
@@ -39,7 +40,6 @@ EFFECT = 1.1
 HEADLINE_FORMAT = "bf16"  # the paper's low-precision focus
 FLASH_VS_BASELINE = "flash_vs_baseline.max_abs"
 REL_MAX, REL_MEAN = "flash_vs_baseline.rel_max_abs", "flash_vs_baseline.rel_mean_abs"
-VERDICTS = ("holds", "does not hold", "not tested", "holds by construction", "mixed")
 GRID = ("grid", "grid-dist")  # the profile's groups over N, Bc, policy, variant and distribution
 
 CLAIMS = {
@@ -122,24 +122,6 @@ def tile_regime(cells: list[Cell] | tuple[Cell, ...]) -> str:
     return text
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Finding:
-    """One claim under one policy and variant: the verdict and the numbers behind it."""
-
-    claim_id: str
-    figure: str
-    claim: str
-    policy: str
-    variant: str
-    verdict: str
-    measured: str
-    numbers: dict[str, Any]
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict={self.verdict!r} must be one of {VERDICTS}")
-
-
 def compute_maps(rows: list[Row]) -> list[ClaimMap]:
     """Every claim as a map over the cells of the done rows."""
     done = [r for r in rows if r.get("status") == "done"]
@@ -170,9 +152,7 @@ def compute_findings(rows: list[Row], maps: list[ClaimMap] | None = None) -> lis
                 numbers = mine[0].numbers if len(mine) == 1 else {"cells": len(mine)}
                 out.append(Finding(claim_id=m.claim_id, figure=m.figure, claim=m.claim, policy=policy,
                                    variant=variant, verdict=verdict, measured=m.summary(mine), numbers=numbers))
-    from attnum.studies.serving.inference import inference_findings  # decode / fp8-table rows, if any
-
-    return out + inference_findings(rows)
+    return out
 
 
 def _overall(verdicts: list[str]) -> str:

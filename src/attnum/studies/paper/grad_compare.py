@@ -24,10 +24,10 @@ import torch
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention, masks
 from attnum.attention.eager import eager_attention
-from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 from attnum.formats import torch_dtype
 from attnum.metrics import deviation, error_ratio
 from attnum.rounding import round_to
+from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 
 GRADS = ("dq", "dk", "dv")
 _TORCH_NATIVE = ("fp64", "fp32", "bf16", "fp16")  # dtypes torch's eager and flash backends differentiate

@@ -24,8 +24,9 @@ import json
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.studies.paper.compare import FIELDS, POLICY_NAMES, CompareConfig
 from attnum.formats import TORCH_DTYPE_NAMES
+from attnum.studies.axes import POLICY_NAMES
+from attnum.studies.paper.compare import FIELDS, CompareConfig
 
 COMPARISONS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels")
 KINDS = ("compare", "kernels", "attribute")
@@ -65,16 +66,9 @@ class Point(CompareConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Point:
-        """The point a :meth:`config` dict (a stored row's ``config``) describes."""
+        """The point a :meth:`config` dict (a stored row's ``config``) describes (other kinds:
+        :func:`attnum.studies.registry.point_from_config`)."""
         cfg = dict(config)
-        if cfg.get("kind") in ("decode", "fp8-table"):  # the inference profile's points
-            from attnum.studies.serving.inference import point_from_config
-
-            return point_from_config(cfg)
-        if cfg.get("kind") in ("ring", "spec"):  # the ring / speculative-decoding studies' points
-            from attnum.studies.parallel.point import point_from_config as study_point
-
-            return study_point(cfg)
         if cfg.get("kind") == "kernels" and cfg.get("policy") is None:
             cfg.pop("policy", None)
         return cls(**cfg)

@@ -28,7 +28,7 @@ from typing import Any
 
 from attnum.experiments.spec import SweepSpec, spec_from_dict
 
-PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")  # inference: attnum.studies.serving.inference
+PROFILES = ("quick", "full", "smoke")  # the inference profiles are the serving family's
 _NAMED = ["bf16", "fp16", "fp32", "fp64"]
 
 
@@ -164,9 +164,5 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
 
 def paper_spec(profile: str, device: str = "cpu") -> SweepSpec:
     """The validated spec for ``profile`` (``quick``, ``full`` or ``smoke``) on ``device``."""
-    if profile.startswith("inference"):
-        from attnum.studies.serving.inference import inference_spec
-
-        return inference_spec(profile, device)
     return spec_from_dict(paper_spec_dict(profile, device),
                           source=f"attnum reproduce --profile {profile} --device {device}")

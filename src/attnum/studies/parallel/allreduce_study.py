@@ -10,9 +10,9 @@ import torch
 
 from attnum.allreduce import ALGORITHMS, allreduce_sum, grad_allreduce_mean, row_parallel_linear
 from attnum.errors import bad_value
-from attnum.studies.parallel.spawn import run_ranks
 from attnum.formats import get_format, torch_dtype
 from attnum.rounding import round_to
+from attnum.studies.parallel.spawn import run_ranks
 
 
 def rank_data(seed: int, rank: int, n: int, fmt: str) -> torch.Tensor:

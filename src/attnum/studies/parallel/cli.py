@@ -38,9 +38,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Ring attention's deviation from golden against shards, layout and merge policy."""
         from attnum.cli.tables import text_table as _table
+        from attnum.kernels.context_parallel import available_cp_kernels
         from attnum.studies.parallel.ring_study import RingConfig, run_ring
         from attnum.studies.parallel.spawn import RankFailed
-        from attnum.kernels.context_parallel import available_cp_kernels
 
         cfg = RingConfig(shards=shards, layout=layout, merge_policy=tuple(merge_policy), policy=policy,
                          merge_method=merge_method, seq_len=seq_len, heads=heads, kv_heads=kv_heads,

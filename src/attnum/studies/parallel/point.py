@@ -1,20 +1,15 @@
-"""Sweep points for the ring-attention and speculative-decoding studies (``kind = "ring"`` / ``"spec"``).
+"""Sweep points of the ring-attention study (``kind = "ring"``).
 
-Each is a frozen config with one scalar value per axis, a stable key and :meth:`run`, which calls the
+A frozen config with one scalar value per axis, a stable key and :meth:`run`, which calls the
 study itself at that one configuration and stores its one row flat:
+:class:`RingPoint` -> :func:`attnum.studies.parallel.ring_study.run_ring` with one shard count,
+layout and merge policy: ``max_abs``, ``mean_abs``, ``rmse`` against the fp64 golden, the
+single-device flash beside it (``single_max_abs``, ``single_mean_abs``, ``ratio_to_single``),
+``nan``, and the timings. Simulated backend only (``attnum ring --backend gloo`` runs real ranks).
+``policy`` names no format; the ``format`` axis gives it, as in compare points.
 
-- ``ring``: :class:`RingPoint` -> :func:`attnum.studies.parallel.ring_study.run_ring` with one shard count,
-  layout and merge policy: ``max_abs``, ``mean_abs``, ``rmse`` against the fp64 golden, the
-  single-device flash beside it (``single_max_abs``, ``single_mean_abs``, ``ratio_to_single``),
-  ``nan``, and the timings. Simulated backend only (``attnum ring --backend gloo`` runs real ranks).
-  ``policy`` names no format; the ``format`` axis gives it, as in compare points.
-- ``spec``: :class:`SpecPoint` -> :func:`attnum.studies.speculative.spec_decode.run_spec` with one format
-  and one k, the exact enumeration (no Monte-Carlo): ``tv`` (to the target), ``tv_plain`` (plain
-  sampling from the rounded target, the baseline), ``tv_first``, ``fail``, ``expected_tokens``,
-  ``ratio`` and ``seconds``.
-
-:data:`RING_FIELDS` and :data:`SPEC_FIELDS` hold each axis's validator (what the spec checks first);
-the point's own construction then checks the combination (e.g. P must divide N).
+:data:`RING_FIELDS` holds each axis's validator (what the spec checks first); the point's own
+construction then checks the combination (e.g. P must divide N).
 """
 
 from __future__ import annotations
@@ -25,21 +20,16 @@ from typing import Any
 from attnum.attention.merge import METHODS
 from attnum.attention.ring import LAYOUTS
 from attnum.errors import AttnumInputError, bad_value
-from attnum.studies.paper.compare import FIELDS as COMPARE_FIELDS
-from attnum.studies.paper.compare import POLICY_NAMES
-from attnum.studies.point import StudyPoint, from_config
 from attnum.formats import get_format
-from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
+from attnum.studies.axes import COMMON as COMPARE_FIELDS
+from attnum.studies.axes import POLICY_NAMES
+from attnum.studies.point import StudyPoint, from_config
 
-KINDS = ("ring", "spec")
+KINDS = ("ring",)
 
 
 def _pos(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def _parses(parse):
@@ -67,21 +57,10 @@ RING_FIELDS: dict[str, tuple[str, Any]] = {
     "backend": ("'sim' (sweeps run the simulated ring; attnum ring --backend gloo/nccl runs real ranks)",
                 lambda v: v == "sim"),
 }
-SPEC_FIELDS: dict[str, tuple[str, Any]] = {
-    "vocab": ("an integer >= 2 (V)", lambda v: _pos(v) and v >= 2),
-    "k": ("a positive integer (draft tokens per step)", _pos),
-    "draft_format": ("unset (the verified q^) or a format name", lambda v: v is None or _parses(get_format)(v)),
-    "noise": (f"one of {tuple(NOISE)}", lambda v: v in NOISE),
-    "q_zero": (f"one of {Q_ZERO}", lambda v: v in Q_ZERO),
-    "zero_residual": (f"one of {ZERO_RESIDUAL}", lambda v: v in ZERO_RESIDUAL),
-    "uniform_bits": ("unset (u continuous) or an integer in 1..64", lambda v: v is None or (_pos(v) and v <= 64)),
-    "logit_std": ("a positive finite number", lambda v: _num(v) and v > 0),
-    "draft_noise": ("a non-negative finite number", lambda v: _num(v) and v >= 0),
-}
 
 
 class _PointMixin(StudyPoint):
-    """A ring or speculative-decoding point: fields checked against the tables above."""
+    """A ring point: fields checked against the table above."""
 
     def _check(self, table: dict[str, tuple[str, Any]]) -> None:
         for f in dataclasses.fields(self):
@@ -149,54 +128,6 @@ class RingPoint(_PointMixin):
                 f"H={self.heads} d={self.head_dim}{' causal' if self.causal else ''} seed={self.seed}")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SpecPoint(_PointMixin):
-    """One (format, k) of ``attnum spec`` (exact TV), the other flags as axes."""
-
-    kind: str = "spec"
-    vocab: int = 32
-    k: int = 4
-    format: str = "bf16"
-    draft_format: str | None = None
-    noise: str = "exact"
-    q_zero: str = "reject"
-    zero_residual: str = "fail"
-    uniform_bits: int | None = None
-    logit_std: float = 2.0
-    draft_noise: float = 0.5
-    seed: int = 0
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        if self.kind != "spec":
-            raise bad_value("kind", self.kind, "'spec'")
-        self._check(SPEC_FIELDS)
-        object.__setattr__(self, "format", get_format(self.format).name)
-        for name in ("logit_std", "draft_noise"):  # 2 and 2.0 are one point
-            object.__setattr__(self, name, float(getattr(self, name)))
-        if self.draft_format is not None:
-            object.__setattr__(self, "draft_format", get_format(self.draft_format).name)
-        self.spec_config()  # vocab**(k+1) small enough to enumerate, ...
-
-    def spec_config(self):
-        from attnum.studies.speculative.spec_decode import SpecConfig
-
-        return SpecConfig(vocab=self.vocab, k=(self.k,), format=(self.format,), draft_format=self.draft_format,
-                          noise=self.noise, q_zero=self.q_zero, zero_residual=self.zero_residual,
-                          uniform_bits=self.uniform_bits, logit_std=self.logit_std, draft_noise=self.draft_noise,
-                          seed=self.seed)
-
-    def run(self) -> dict[str, Any]:
-        from attnum.studies.speculative.spec_decode import run_spec
-
-        (row,) = run_spec(self.spec_config())["rows"]
-        return {k: v for k, v in row.items() if k not in ("format", "k", "vocab")}
-
-    def label(self) -> str:
-        draft = f" draft={self.draft_format}" if self.draft_format else ""
-        return f"spec {self.format}{draft} V={self.vocab} k={self.k} noise={self.noise} seed={self.seed}"
-
-
 def point_from_config(config: dict[str, Any]):
-    """The point a stored ``config`` dict describes (``kind`` ring or spec)."""
-    return from_config(config, {"ring": RingPoint, "spec": SpecPoint})
+    """The point a stored ``config`` dict describes (``kind`` ring)."""
+    return from_config(config, {"ring": RingPoint})

@@ -1,51 +1,18 @@
-"""Figures and a standalone report.html for ``attnum spec --out DIR`` and ``attnum ring --out DIR``.
+"""Figures and a standalone report.html for ``attnum ring --out DIR``.
 
 A section of its own (not part of the sweep report): it draws the result dicts those commands write
-(``spec.json``, ``ring.json``, ``allreduce.json``), never the numerics.
+(``ring.json``, ``allreduce.json``), never the numerics.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import json
 from pathlib import Path
 
 from attnum.jsonout import dumps
+from attnum.report.page import embedded_png as _svg_free_png
+from attnum.report.page import html_table as _table
+from attnum.report.page import standalone_page as _page
 from attnum.report.plotting import finish, format_color, panels, save
-
-
-def _svg_free_png(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f"<img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}' style='max-width:100%'>"
-
-
-def _table(rows: list[dict], cols: list[str]) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return f"{v:.3e}"
-        return html.escape("" if v is None else str(v))
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def spec_figure(rows: list[dict], out: Path) -> Path:
-    """TV to the target against k, one line per format (solid: speculative, dashed: plain sampling)."""
-    fig, ax = panels(1, title="Speculative decoding: exact TV to the target", width=6.0)
-    ax = ax[0, 0]
-    fmts = list(dict.fromkeys(r["format"] for r in rows))
-    for f in fmts:
-        pts = sorted((r["k"], r) for r in rows if r["format"] == f and r.get("tv") is not None)
-        if not pts:
-            continue
-        c = format_color(f, fmts)
-        ax.plot([k for k, _ in pts], [max(r["tv"], 1e-18) for _, r in pts], "-o", color=c, label=f"{f} speculative")
-        ax.plot([k for k, _ in pts], [max(r["tv_plain"], 1e-18) for _, r in pts], "--", color=c, alpha=0.6,
-                label=f"{f} plain sampling")
-    ax.set_yscale("log")
-    finish(ax, xlabel="draft tokens k", ylabel="total variation (completed k+1 tokens)")
-    return save(fig, out, "spec_tv")[0]
 
 
 def ring_figure(rows: list[dict], out: Path) -> Path:
@@ -87,32 +54,6 @@ def allreduce_figure(rows: list[dict], out: Path) -> Path:
     ax.set_yscale("log")
     finish(ax, xlabel="tensor-parallel degree", ylabel="rms(Y - golden) / rms(golden)")
     return save(fig, out, "tp_allreduce")[0]
-
-
-_CSS = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;font-size:12px}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}")
-
-
-def _page(title: str, sections: list[str]) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>")
-
-
-def write_spec_report(result: dict, out: str | Path) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "spec.json").write_text(dumps(result, indent=2, default=str))
-    rows = result["rows"]
-    sections = [f"<h2>TV against format and k</h2><p>config: <code>{html.escape(json.dumps(result['config'], default=str))}"
-                "</code></p>"]
-    if any("tv" in r for r in rows):
-        sections.append(_svg_free_png(spec_figure(rows, out)))
-    cols = [c for c in ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens",
-                        "mc_tv_first", "mc_floor") if any(c in r for r in rows)]
-    sections.append(_table(rows, cols))
-    path = out / "report.html"
-    path.write_text(_page("attnum spec: speculative decoding under finite precision", sections))
-    return path
 
 
 def write_ring_report(result: dict, out: str | Path, allreduce: dict | None = None) -> Path:

@@ -32,12 +32,12 @@ from attnum.attention.masks import ALIGNMENTS
 from attnum.attention.merge import parse_lse_base
 from attnum.attention.paged import paged_decode_attention, to_pages
 from attnum.errors import AttnumInputError, bad_value
-from attnum.studies.paper.compare import FIELDS as COMPARE_FIELDS
 from attnum.formats import get_format
 from attnum.inputs import InputSpec, make_qkv
 from attnum.metrics import deviation
 from attnum.policy import parse_policy
 from attnum.rounding import round_to
+from attnum.studies.axes import COMMON as COMPARE_FIELDS
 
 
 @dataclass(frozen=True, kw_only=True)

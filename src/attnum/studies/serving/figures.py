@@ -12,9 +12,10 @@ import html
 from pathlib import Path
 from typing import Any
 
-from attnum.studies.serving.inference import fp8_rows
 from attnum.experiments.results import Row, metric, seed_summary, select, series
 from attnum.report.plotting import finish, log_y, panels, save, spread_line
+from attnum.studies.registry import ReportContext, ReportPart
+from attnum.studies.serving.inference import fp8_rows
 
 DEV = "decode_vs_golden"
 CAPTIONS = {
@@ -186,14 +187,6 @@ def _table(head: list[str], body: list[list[Any]]) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
 
-INFERENCE_KINDS = ("decode", "fp8-table")
-
-
-def only(rows: list[Row]) -> bool:
-    """Whether every row is an inference point (then the paper's claims have nothing to judge)."""
-    return bool(rows) and all(r.get("kind") in INFERENCE_KINDS for r in rows)
-
-
 def section(rows: list[Row], findings=()) -> str:
     """The report's inference part: each inference finding (anchored as the findings table links it),
     the FP8 table beside the paper's and the KV formats with their cost; '' without inference rows."""
@@ -227,3 +220,9 @@ def section(rows: list[Row], findings=()) -> str:
 def draw(rows: list[Row], out_dir: Path) -> dict[str, list[Path]]:
     done = [r for r in rows if r.get("status") == "done"]
     return {name: paths for name, fn in FIGURES.items() if (paths := fn(done, out_dir))}
+
+
+def report(ctx: ReportContext) -> ReportPart:
+    """The serving family's part of ``report.html``: its figures and the inference section."""
+    text = section(ctx.rows, ctx.findings)
+    return ReportPart(figures=draw(ctx.rows, ctx.figures_dir), captions=CAPTIONS, sections=(text,) if text else ())

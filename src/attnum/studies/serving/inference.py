@@ -18,10 +18,10 @@ import dataclasses
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.studies.serving.decode import DecodeConfig, run_decode
 from attnum.experiments.spec import Group, SweepSpec
-from attnum.studies.point import StudyPoint, from_config
 from attnum.nanmath import nan_max
+from attnum.studies.point import StudyPoint, from_config
+from attnum.studies.serving.decode import DecodeConfig, run_decode
 
 KINDS = ("decode", "fp8-table")
 DEVICES = ("cpu",)
@@ -170,9 +170,9 @@ def _median(rows: list, path: str) -> float | None:
 
 
 def inference_findings(rows: list) -> list:
-    """The inference profile's claims checked against its rows (:class:`attnum.studies.paper.findings.Finding`)."""
-    from attnum.studies.paper.findings import Finding
+    """The inference profile's claims checked against its rows (:class:`attnum.studies.registry.Finding`)."""
     from attnum.experiments.results import select, values
+    from attnum.studies.registry import Finding
 
     out = []
 

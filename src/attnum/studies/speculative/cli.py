@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         with Activity("spec"):
             result = run_spec(cfg)
         if out is not None:
-            from attnum.studies.parallel.report import write_spec_report
+            from attnum.studies.speculative.report import write_spec_report
 
             print(f"wrote {write_spec_report(result, out)}")
         if as_json:
