@@ -30,7 +30,7 @@ from attnum.jsonout import dumps
 from attnum.kernels.registry import require
 from attnum.studies.training.checkpoints import checkpoint_name, load_state
 from attnum.studies.training.divergence import weight_divergence
-from attnum.studies.training.headline import headline, summarise
+from attnum.studies.training.headline import COMPARISONS, headline, summarise
 from attnum.studies.training.loop import PRECISIONS, RunConfig, finished, train
 from attnum.studies.training.models import ModelConfig
 from attnum.studies.training.workloads import WORKLOADS, WorkloadConfig
@@ -39,7 +39,6 @@ PROFILES: dict[str, dict[str, int]] = {
     "quick": {"steps": 400, "ckpt_every": 20},
     "full": {"steps": 3000, "ckpt_every": 100},
 }
-COMPARISONS = {"flash": "flash vs baseline", "seed": "different init seed", "lowprec": "low precision"}
 __all__ = ["COMPARISONS", "PROFILES", "DivergeConfig", "headline", "run_configs", "run_diverge", "workload_config"]
 
 

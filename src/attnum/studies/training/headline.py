@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 
+# The runs compared with the baseline run: flash itself and the two proxies that put its deviation in scale.
+COMPARISONS = {"flash": "flash vs baseline", "seed": "different init seed", "lowprec": "low precision"}
 PROXIES = {"seed": "different-init", "lowprec": "low-precision"}
 METRICS = {"w1": "W1", "max_abs": "max|dW|"}
 FLAT = 0.25  # a proxy whose level changes by less than this fraction over training is "flat"

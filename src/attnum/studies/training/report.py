@@ -13,8 +13,7 @@ import math
 import statistics
 from pathlib import Path
 
-from attnum.studies.training.diverge import COMPARISONS
-from attnum.studies.training.headline import METRICS, PROXIES
+from attnum.studies.training.headline import COMPARISONS, METRICS, PROXIES
 
 _COLORS = {"flash": "tab:red", "seed": "tab:blue", "lowprec": "tab:green", "baseline": "black"}
 _STYLES = {"flash": "-", "seed": "--", "lowprec": "-."}
