@@ -15,8 +15,10 @@ What a family author provides
 ``attnum/studies/<family>/family.py``
     ``FAMILY = Family(name="<family>", kinds=(StudyKind(...), ...), ...)``; every field below.
     It may import the numerics core (formats, rounding, policy, attention, metrics, inputs),
-    ``kernels/``, :mod:`attnum.experiments.results` (the row API), :mod:`attnum.report.plotting`
-    and this module; never another family.
+    ``kernels/``, :mod:`attnum.experiments.results` (the row API), :mod:`attnum.experiments.spec`
+    (to build a profile's spec), :mod:`attnum.report.plotting` and :mod:`attnum.report.blocks`,
+    :mod:`attnum.studies.axes` (validators of shared fields), :mod:`attnum.studies.point` and this
+    module; never another family (``tests/test_import_graph.py`` checks).
 ``attnum/studies/<family>/cli.py`` (optional)
     ``register(app: typer.Typer) -> None`` adding the family's command(s). Import the study inside
     the command function, not at module level (the CLI's start-up time is pinned by a test).
@@ -28,8 +30,9 @@ A :class:`StudyKind` is one value of a stored point's ``kind``:
   (JSON-able, holds ``kind``), ``key -> str`` (the store's key: :func:`attnum.studies.point.point_key`
   of the identity), ``label() -> str`` and ``kernel_point() -> point | None``;
   :class:`attnum.studies.point.StudyPoint` gives all but ``label`` for a dataclass with a ``kind`` field;
-- ``run(point, kernels) -> dict``: one point's metrics, JSON-able (it runs in a worker process:
-  pickle nothing, print nothing; raise on failure, the runner records the message);
+- ``run(point, kernels) -> dict``: one point's metrics as plain data (it runs in a worker process that
+  received only the point's config; print nothing; raise on failure, the runner records the message;
+  ``kernels`` is the spec's list of real kernels, for kinds that run them);
 - ``axes``: ``{field: (allowed, check)}``, the sweep-spec validators of this kind's axes (a field
   another kind already declares may be left out; the point's ``__post_init__`` checks the rest);
 - ``from_config(config) -> point`` (default ``point_type(**config)``): a stored config back to a point;
@@ -47,7 +50,8 @@ A :class:`Family` adds what is per study rather than per kind:
 - ``profiles``: ``{name: spec(profile, device) -> SweepSpec}`` for ``attnum reproduce --profile``;
 - ``record``: the comparisons a sweep spec's ``record`` may name for this family.
 
-The smallest complete example is the ``speculative`` family (one kind, a findings-free report).
+The smallest complete example is the ``speculative`` family: one kind, no findings, no report section
+of its own (the generic figures draw its ``metrics``). ``docs/architecture.md`` walks through it.
 """
 
 from __future__ import annotations
