@@ -37,8 +37,10 @@ def register(app: typer.Typer) -> None:
 
         if mechanisms:
             rows = mech_table()
-            print(dumps(rows, indent=2) if as_json else _table(rows, ("mechanism", "setting", "measure",
-                                                                           "value", "extra", "without")))
+            if as_json:
+                print(dumps(rows, indent=2))
+            else:
+                show_table(rows, ("mechanism", "setting", "measure", "value", "extra", "without"))
             return
         cfg = SpecConfig(vocab=vocab, k=k, format=format, draft_format=draft_format, noise=noise, q_zero=q_zero,
                          zero_residual=zero_residual, uniform_bits=uniform_bits, logit_std=logit_std,
@@ -58,7 +60,7 @@ def register(app: typer.Typer) -> None:
             return
         cols = ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens") \
             if monte_carlo is None else ("format", "k", "vocab", "mc_tv_first", "mc_floor", "fail", "expected_tokens")
-        print(_table(result["rows"], cols))
+        show_table(result["rows"], cols)
 
     @app.command("spec-audit")
     def spec_audit(
@@ -82,8 +84,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps(result, indent=2))
         else:
-            print(_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
-                                           "detectable_tv", "impossible", "prefix_violations", "verdict", "error")))
+            show_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
+                                           "detectable_tv", "impossible", "prefix_violations", "verdict", "error"))
             print(f"{result['target']}: {result['verdict']} (alpha {cfg.alpha} over {len(result['cases'])} cases, "
                   f"power {cfg.power}; {result['seconds']:.1f} s)")
         if result["verdict"] != "pass":
@@ -96,10 +98,11 @@ def _fmt(v) -> str:
     return "" if v is None else str(v)
 
 
-def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
+def show_table(rows: list[dict], cols: tuple[str, ...]) -> None:
+    """The columns of ``cols`` that some row has, through attnum.tables (numbers right-justified)."""
+    from attnum.tables import print_table
+
     cols = tuple(c for c in cols if any(c in r for r in rows))
-    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
-    width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, width))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, width)) for row in cells]
-    return "\n".join(lines)
+    just = ["right" if any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)
+            else "left" for c in cols]
+    print_table(cols, [[_fmt(r.get(c)) for c in cols] for r in rows], justify=just)
