@@ -57,18 +57,24 @@ FIGURE_CAPTIONS = {
 }
 
 
-def draw_all(rows: list[Row], out_dir: Path) -> dict[str, list[Path]]:
-    """Draw every figure the rows support; returns {figure name: [png, svg]} (captions: :func:`captions`)."""
+def draw_all(rows: list[Row], out_dir: Path, progress=None) -> dict[str, list[Path]]:
+    """Draw every figure the rows support; returns {figure name: [png, svg]} (captions: :func:`captions`).
+    ``progress(name)`` is called before each figure (or group of figures) is drawn."""
     done = [r for r in rows if r.get("status") == "done"]
+    step = progress or (lambda name: None)
     out = {}
     for name, draw in _FIGURES.items():
+        step(name)
         paths = draw(done, out_dir)
         if paths:
             out[name] = paths
+    step("error budgets")
     for name, (paths, _caption) in _budgets(done, out_dir).items():
         out[name] = paths
+    step("other groups")
     for name, (paths, _caption) in generic_figures(done, out_dir, skip_groups=PAPER_GROUPS).items():
         out[name] = paths
+    step("inference")
     out.update(draw_inference(done, out_dir))  # decode / fp8-table groups (attnum.report.inference)
     return out
 

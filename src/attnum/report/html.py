@@ -53,7 +53,17 @@ def write_report(out_dir: str | Path) -> Path:
         rows = store.rows(status=None)
         meta, envs, runs, counts = store.meta(), store.environments(), store.runs(), store.counts()
         spec = store.spec()
-    figures = draw_all(rows, out_dir / "figures")
+    from attnum.report.figures import _FIGURES
+    from attnum.report.progress import Activity
+
+    with Activity("report", spinner=True, total=len(_FIGURES) + 3) as act:  # + budgets, other groups, inference
+        started = [0]
+
+        def step(name: str) -> None:  # figures done so far, and the one being drawn
+            act.update(done=started[0], label=f"drawing {name}")
+            started[0] += 1
+
+        figures = draw_all(rows, out_dir / "figures", progress=step)
     caps = captions(rows)
     maps = compute_maps(rows)
     if inference_report.only(rows):  # an inference store: the paper's claims have no cell to judge
