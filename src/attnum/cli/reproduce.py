@@ -41,7 +41,14 @@ def register(app: typer.Typer) -> None:
         report = write_report(out_dir)
         t2 = time.perf_counter()
         with open_store(out_dir) as store:
-            findings = compute_findings(store.rows())
+            rows = store.rows()
+        from attnum.experiments.findings import compute_maps
+        from attnum.report.headline import paper_headline
+
+        maps = compute_maps(rows)
+        findings = compute_findings(rows, maps)
+        for sentence in paper_headline(maps):
+            print(sentence)
         for f in findings:
             print(f"[{f.figure}] {f.claim} | {f.policy}/{f.variant}: {f.verdict.upper()} -- {f.measured}")
         print(f"{summary.planned} points ({summary.skipped} reused, {summary.failed} failed); sweep {t1 - t0:.1f}s, "

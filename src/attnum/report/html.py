@@ -21,6 +21,7 @@ from attnum.experiments.findings import ClaimMap, compute_findings, compute_maps
 from attnum.experiments.results import Row, metric, seed_summary
 from attnum.report import inference as inference_report
 from attnum.report.figures import captions, draw_all
+from attnum.report.headline import paper_headline
 from attnum.store import open_store
 
 _CSS = """
@@ -33,6 +34,7 @@ table.map td.v{text-align:right;font-variant-numeric:tabular-nums} td.c-holds{ba
 td.c-nothold{background:#f6d5d5} td.c-nottested{background:#eee;color:#777} td.c-construct{background:#dce6f6}
 section.claim{border-top:2px solid #ddd;margin-top:1.5em} .note{color:#444;font-style:italic}
 figure{margin:1em 0} img{max-width:100%;border:1px solid #ddd}
+p.lead{font-size:17px;line-height:1.45;background:#f4f8fc;border-left:4px solid #1f4e99;padding:.6em 1em}
 pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px} code{font-size:12px}
 """
 _CHECK_SCRIPT = """
@@ -70,8 +72,12 @@ def write_report(out_dir: str | Path) -> Path:
         maps = [m for m in maps if any(c.verdict != "not tested" for c in m.cells)]
     findings = compute_findings(rows, maps)
     placed = {name for m in maps for name in _claim_figures(m.claim_id, figures)}
+    lead = paper_headline(maps)
+    lead_fig = "grid" if lead and "grid" in figures else None
     parts = [
         f"<h1>attnum report: {_e(meta.get('spec_name', '?'))}</h1>",
+        *([f"<section id='headline'><p class='lead'>{_e(' '.join(lead))}</p>"
+           + (_figure(lead_fig, figures[lead_fig][0], caps) if lead_fig else "") + "</section>"] if lead else []),
         f"<p>Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} from <code>{_e(out_dir)}</code>. "
         f"Points: {counts['planned']} planned, {counts['done']} done, {counts['failed']} failed, "
         f"{counts['missing']} missing.</p>",
@@ -81,7 +87,8 @@ def write_report(out_dir: str | Path) -> Path:
         "computed from the data (rules in <code>attnum.experiments.findings</code>); <i>mixed</i> means the "
         "claim holds in some cells of the grid and not in others (see its map).</p>",
         _glance(findings),
-        *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps) for m in maps),
+        *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps, shown=lead_fig)
+          for m in maps),
         inference_report.section(rows, findings),
         "<h2>Other figures</h2>",
         *(_figure(name, paths[0], caps) for name, paths in figures.items() if name not in placed),
@@ -158,7 +165,7 @@ def _glance(findings) -> str:
     return _table(head, body, raw_cols=tuple(range(len(head))))
 
 
-def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict) -> str:
+def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict, shown: str | None = None) -> str:
     parts = [f"<section class='claim' id='claim-{_e(m.claim_id)}'><h3>{_e(m.figure)}: {_e(m.claim)} "
              f"&mdash; {_verdict(m.verdict)}</h3>", f"<p>{_e(m.summary())}</p>"]
     if m.note:
@@ -167,7 +174,9 @@ def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict) -> str:
     body = [[_e(f.policy), _e(f.variant), _verdict(f.verdict), _e(f.measured)] for f in findings]
     parts.append("<details><summary>per policy and variant</summary>"
                  + _table(["policy", "variant", "verdict", "measured"], body, raw_cols=(0, 1, 2, 3)) + "</details>")
-    parts += [_figure(name, figures[name][0], caps) for name in _claim_figures(m.claim_id, figures)]
+    for name in _claim_figures(m.claim_id, figures):
+        parts.append(f"<p>The {_e(name)} figure is at <a href='#headline'>the top of this page</a>.</p>"
+                     if name == shown else _figure(name, figures[name][0], caps))
     return "".join(parts) + "</section>"
 
 
