@@ -44,7 +44,7 @@ PAPER_RATIO = 2.6  # abstract: "2.6x lower numerical error than a baseline FP8 a
 
 @dataclass(frozen=True, kw_only=True)
 class FP8TableConfig:
-    """Reduced from the paper's N = 16384 to fit a minute on 2 cores."""
+    """Reduced in size from the paper's setting to fit a minute on 2 cores."""
 
     seq_len: int = 2048
     heads: int = 4

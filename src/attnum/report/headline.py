@@ -102,7 +102,8 @@ def _tc_clause(cells: list, lo: float) -> str:
     below = [t for t in tcs if all(c.value < lo for c in cells if c.numbers["Tc"] <= t)]
     if not above:
         return f", and not in every configuration with many KV tiles per row (Tc = S/Bc up to {tcs[-1]})"
-    text = f", growing with the number of KV tiles a row is summed over: >= {lo:.2g}x in every one with Tc = S/Bc >= {above[0]}"
+    text = (f", growing with the number of KV tiles a row is summed over: >= {lo:.2g}x in every one with "
+            f"Tc = S/Bc >= {above[0]}")
     if below:
         text += f" and below it in every one with Tc <= {below[-1]}"
     return text
