@@ -142,7 +142,9 @@ class CostModel:
         self.n_done += 1
         for i, x in enumerate(f):
             self.done_sum[i] += x
-            self.seen[i] = self.seen[i] or bool(x)
+            if x and not self.seen[i]:  # a kind of work not seen before: its coefficient needs a fit now
+                self.seen[i] = True
+                self._coef = None
         if seconds is None or not math.isfinite(seconds):
             return
         for i, xi in enumerate(f):
@@ -154,7 +156,8 @@ class CostModel:
         self.prior_done += sum(w * x for w, x in zip(PRIOR, f))
 
     def coefficients(self) -> list[float]:
-        if self._coef is None or self.n_done >= self._fitted_at * 1.1 + 4:  # refit as the sample grows 10 %
+        if self._coef is None or self.n_done >= min(self._fitted_at * 1.1, self._fitted_at + 50) + 4:
+            # refit as the sample grows (by 10 %, or by 50 points late in a long sweep)
             self._coef = nnls(self.gram, self.rhs, self.yy)
             self._fitted_at = self.n_done
         return self._coef
