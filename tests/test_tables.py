@@ -75,3 +75,18 @@ def test_audit_probe_list_to_a_pipe_keeps_names_and_summaries_whole(capsys):
     lines = capsys.readouterr().out.splitlines()
     for p in PROBES.values():
         assert any(line.split()[:1] == [p.name] and p.summary in line for line in lines), p.name
+
+
+def test_runs_to_a_pipe_keeps_timestamps_status_and_command_whole(tmp_path, capsys):
+    from attnum.store import Store
+
+    command = "attnum reproduce --profile quick --out " + str(tmp_path / ("a-long-folder-name-" * 4))
+    with Store(tmp_path, command=command) as store:
+        store.bind_spec(name="spec-with-a-name", spec_hash="0123456789abcdef", canonical="{}", source="test")
+        store.plan([])
+        run_id = store.begin_run(command=command, n_todo=0, executor="local", jobs=2)
+        store.end_run(run_id, "complete-with-failures")
+    assert main(["runs", str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("1 "))
+    assert "complete-with-failures" in row.split() and row.endswith(command)
+    assert __import__("re").search(r" \d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", row)
