@@ -70,6 +70,8 @@ def register(app: typer.Typer) -> None:
         # done and which ran last (a few lines a minute however many probes).
         tty = sys.stderr.isatty()
         with Activity(f"audit {target}", total=total) as act:
+            act.update(done=0)
+
             def progress(r) -> None:
                 act.update(done=(act.done or 0) + 1, label=f"last: {r.name} {r.dtype} {r.status}")
                 if tty:
