@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import bad_value
+from attnum.eta import CostModel
 from attnum.experiments.point_runner import run_point
 from attnum.experiments.spec import SweepSpec
 from attnum.processes import die_with_parent
@@ -73,12 +74,13 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
         results = _execute(todo, spec.kernel_names, options, stop)
         try:
             with SweepProgress(
-                total=len(todo), skipped=len(planned) - len(todo), title=spec.name, quiet=options.quiet
+                total=len(todo), skipped=len(planned) - len(todo), title=spec.name, quiet=options.quiet,
+                cost=CostModel(todo),
             ) as progress:
                 for point, result in results:
                     store.write(result, run_id)
                     failed += result["status"] != "done"
-                    progress.advance(point.label(), result)
+                    progress.advance(point.label(), result, point)
                     stop.check()
             stop.check()
             status = "complete" if not failed else "complete-with-failures"

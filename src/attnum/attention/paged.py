@@ -4,7 +4,7 @@ Shape alphabet: B batch, H query heads, G kv heads, N queries per sequence, P pa
 page), n_pages pool size, max_pages block-table width, L_b valid length of sequence b, d / dv head dims.
 
 Layout (flash-attn ``flash_attn_with_kvcache(block_table=...)``, vLLM's FlashAttention backend,
-FlashInfer ``kv_layout="NHD"``; research/inference-numerics.md §1, §4):
+FlashInfer ``kv_layout="NHD"``):
 
 - ``k_pages`` (n_pages, P, G, d), ``v_pages`` (n_pages, P, G, dv): the pool, in the cache's dtype;
   FlashInfer's ``kv_layout="HND"`` is (n_pages, G, P, d), taken with ``kv_layout="HND"``;

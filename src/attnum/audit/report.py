@@ -94,25 +94,25 @@ def _probe_json(r: ProbeResult) -> dict:
     }
 
 
-def print_table(report: AuditReport, console) -> None:
-    """The human view: one row per probe and dtype, then a one-line summary."""
-    from rich.table import Table
+def print_table(report: AuditReport, stream=None) -> None:
+    """The human view: one row per probe and dtype, then a one-line summary (attnum.tables: whole
+    values in a log or a pipe, the terminal's width on a terminal)."""
+    from attnum.tables import print_table as emit
+    from attnum.tables import say
 
     if not report.available:
         what = "" if report.reason.startswith(NOTHING_TESTED) else "unavailable - "
-        console.print(f"[yellow]{report.target}: {what}{report.reason}[/yellow]", soft_wrap=True)
+        say(f"{report.target}: {what}{report.reason}", stream)
         return
-    table = Table(title=f"attnum audit {report.target}", title_justify="left", caption=environment_line(report))
-    for col, just in (("probe", "left"), ("dtype", "left"), ("verdict", "left"), ("target err", "right"),
-                      ("baseline err", "right"), ("bound", "right"), ("margin", "right"), ("note", "left")):
-        table.add_column(col, justify=just, overflow="fold")
-    for r in report.results:
-        style = "yellow" if r.near_bound else STYLE[r.status]
-        table.add_row(r.name, r.dtype, f"[{style}]{verdict_text(r)}[/]", _num(r.target_error),
-                      _num(r.baseline_error), _num(r.bound), margin(r.ratio), r.note)
-    console.print(table)
-    console.print(conventions_line(report), soft_wrap=True)
-    console.print(summary(report))
+    cols = ("probe", "dtype", "verdict", "target err", "baseline err", "bound", "margin", "note")
+    just = ("left", "left", "left", "right", "right", "right", "right", "left")
+    rows = [[r.name, r.dtype, verdict_text(r), _num(r.target_error), _num(r.baseline_error), _num(r.bound),
+             margin(r.ratio), r.note] for r in report.results]
+    styles = ["yellow" if r.near_bound else STYLE[r.status] for r in report.results]
+    emit(cols, rows, title=f"attnum audit {report.target}", caption=environment_line(report), justify=just,
+         styles=styles, stream=stream)
+    say(conventions_line(report), stream)
+    say(summary(report), stream)
 
 
 def summary(report: AuditReport) -> str:

@@ -1,6 +1,6 @@
 """The verdict rule: is a kernel's error explained by the precision it runs in?
 
-The rule follows FlashAttention's and PyTorch's own test suites (research/edge-cases.md §3):
+The rule follows FlashAttention's and PyTorch's own test suites:
 three computations of the same case,
 
 - ``golden``   float64 attention on the (already low-precision) inputs,

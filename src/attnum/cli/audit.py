@@ -45,34 +45,46 @@ def register(app: typer.Typer) -> None:
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
     ) -> int:
         """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable)."""
-        from rich.console import Console
-
         from attnum.audit.config import AuditConfig
         from attnum.audit.report import print_table, to_html, to_json
         from attnum.audit.runner import run_audit
 
-        console = Console(stderr=as_json)
         if list_probes:
             from attnum.audit.probes import PROBES
+            from attnum.tables import print_table as emit
 
-            for p in PROBES.values():
-                console.print(f"{p.name:24s} {p.kind:9s} {p.summary}  [dim]({', '.join(p.refs)})[/dim]")
+            emit(("probe", "kind", "what it checks", "sources"),
+                 [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
             raise typer.Exit(0)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate)
         if html_file is not None:
             check_writable(html_file, "--html")
-        progress = None
-        if not as_json and sys.stderr.isatty():
-            progress = lambda r: console.print(f"[dim]{r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)[/dim]")
-        report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
+        from attnum.audit.runner import plan
+        from attnum.report.progress import Activity
+
+        total = len(plan(cfg))
+        # Progress on stderr (stdout keeps the table or the JSON document alone): on a terminal one line
+        # per probe; in a log a line every ATTNUM_PROGRESS_INTERVAL seconds saying how many probes are
+        # done and which ran last (a few lines a minute however many probes).
+        tty = sys.stderr.isatty()
+        with Activity(f"audit {target}", total=total) as act:
+            act.update(done=0)
+
+            def progress(r) -> None:
+                act.update(done=(act.done or 0) + 1, label=f"last: {r.name} {r.dtype} {r.status}")
+                if tty:
+                    print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)",
+                          file=sys.stderr, flush=True)
+
+            report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
         if as_json:
             from attnum.jsonout import dumps
 
             print(dumps(to_json(report), indent=2))
         else:
-            print_table(report, console)
+            print_table(report)
         if html_file is not None:
             try:
                 html_file.write_text(to_html(report), encoding="utf-8")

@@ -108,8 +108,8 @@ def _sdpa(name: str, backend: str | None, devices: tuple[str, ...], doc: str) ->
     return Kernel(name=name, fn=_sdpa_backend(backend), devices=devices, doc=doc)
 
 
-# Conventions of the adapters whose modules do not state them (research/edge-cases.md §2.5, §2.8;
-# inference-numerics.md): flash-attn >= 2.1 and FlashInfer align causal bottom-right, and both write
+# Conventions of the adapters whose modules do not state them: flash-attn >= 2.1 and FlashInfer align
+# causal bottom-right, and both write
 # 0 for rows with no key (flash-attn#1778 "the top of the output will be zero", FlashInfer's
 # state_t::normalize after flashinfer#4401). xformers' LowerTriangularMask and flex (through
 # attention.masks) are top-left.

@@ -128,8 +128,10 @@ class SweepProgress:
     interval saying how many points are done, failed, and the ETA -- a few lines a minute, however
     many points."""
 
-    def __init__(self, *, total: int, skipped: int, title: str, quiet: bool, stream: TextIO | None = None) -> None:
+    def __init__(self, *, total: int, skipped: int, title: str, quiet: bool, stream: TextIO | None = None,
+                 cost: Any = None) -> None:
         self.total, self.skipped, self.title, self.quiet = total, skipped, title, quiet
+        self.cost = cost  # an attnum.eta.CostModel of the points to run: the ETA from the work left
         self.stream = stream or sys.stderr
         self.done = self.failed = 0
         self._t0 = time.perf_counter()
@@ -155,7 +157,6 @@ class SweepProgress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
 
         self._bar = Progress(
@@ -164,27 +165,37 @@ class SweepProgress:
             MofNCompleteColumn(),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             console=Console(file=self.stream),
             transient=False,
         )
         self._bar.__enter__()
         self._bar.console.print(head)
-        self._task = self._bar.add_task(self.title, total=self.total, failed=0)
+        self._task = self._bar.add_task(self.title, total=self.total, failed=0, eta="-")
         return self
 
-    def advance(self, label: str, result: dict[str, Any]) -> None:
+    def eta(self, point: Any = None, result: dict[str, Any] | None = None) -> float:
+        """Seconds left: the cost model's (work left, calibrated on the points done) when there is
+        one and it has seen enough points, else the mean time of the points done."""
+        elapsed = time.perf_counter() - self._t0
+        if self.cost is not None:
+            if point is not None:
+                self.cost.observe(point, (result or {}).get("wall_s"))
+            eta = self.cost.eta(elapsed)
+            if eta is not None:
+                return eta
+        return elapsed / self.done * (self.total - self.done) if self.done else 0.0
+
+    def advance(self, label: str, result: dict[str, Any], point: Any = None) -> None:
         self.done += 1
         failed = result["status"] != "done"
         self.failed += failed
+        eta = self.eta(point, result)
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, failed=self.failed)
+            self._bar.update(self._task, advance=1, failed=self.failed, eta=_clock(eta))
             if failed:
                 self._bar.console.print(f"[red]failed[/red] {label}: {result.get('error')}")
             return
-        elapsed = time.perf_counter() - self._t0
-        eta = elapsed / self.done * (self.total - self.done)
         if self._beat is not None:
             self._beat.update(done=self.done, label=f"{self.failed} failed, eta {eta:.0f}s")
         if self.quiet or failed:  # off a terminal without --quiet: failures at once, the rest in heartbeats

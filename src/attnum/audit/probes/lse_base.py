@@ -6,7 +6,7 @@ FlashMLA's sparse-prefill README says base 2 while deepseek-ai/FlashMLA tests/re
 logsumexp. A state produced in one base and merged in the other weighs the states by b**(delta) with the
 wrong b: every merged output is wrong while each kernel's own test passes. flashinfer-ai/flashinfer
 tests/test_helpers/test_helpers.py::ref_single_prefill mixes the two (a natural row max inside a base-2
-LSE) and its only user hides it behind a 1e-2 tolerance (research/inference-numerics.md §1).
+LSE) and its only user hides it behind a 1e-2 tolerance.
 Merge targets: states whose LSEs differ by 1, 3 and 10 in the declared base, O = +1 vs -1 so the weights
 show directly. Decode targets: the returned LSE against golden in the declared base.
 """

@@ -2,7 +2,7 @@
 
 Models PaddlePaddle/Paddle#41933 (cuBLAS applied the softmax scale after an fp16 product: inf, then
 NaN), philipturner/metal-flash-attention#8, ultralytics/ultralytics#24990 and pytorch/pytorch#60939.
-research/edge-cases.md §2.11: d = 192, q = 5, k ~ 70 gives raw 67200 > 65504 but a scaled logit near
+d = 192, q = 5, k ~ 70 gives raw 67200 > 65504 but a scaled logit near
 4850; golden is finite, so inf/NaN fails. Keys differ by one fp16 step of k so the softmax is not
 flat. In bf16/fp32 the same inputs are harmless and must stay so. The first configuration also runs at
 N = S = 64, 128, 256: exact tile multiples, where kernels take their unmasked "even" path.

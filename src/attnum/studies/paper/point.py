@@ -64,6 +64,16 @@ class Point(CompareConfig):
                     raise bad_value(name, getattr(self, name), f"unset ({_DEFAULTS[name]!r}) in a kernels point: "
                                     "real kernels have their own policy and tiles")
 
+    def cost_features(self) -> tuple[float, ...]:
+        """What this point's work scales with, for the sweep's ETA (:mod:`attnum.eta`): a kernels
+        point runs real kernels (~3 per score element), an attribute point ~16 emulated runs (each
+        site alone and each site exact, for flash and baseline), a compare point 2."""
+        from attnum.eta import attention_features
+
+        if self.kind == "kernels":
+            return attention_features(self, runs=0, kernel_runs=3.0)
+        return attention_features(self, runs=16 if self.kind == "attribute" else 2)
+
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Point:
         """The point a :meth:`config` dict (a stored row's ``config``) describes (other kinds:

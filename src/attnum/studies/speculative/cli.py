@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from attnum.cli.tables import text_table as _table
+from attnum.cli.tables import show_table
 from attnum.jsonout import dumps
 from attnum.report.progress import Activity
 
@@ -38,8 +38,10 @@ def register(app: typer.Typer) -> None:
 
         if mechanisms:
             rows = mech_table()
-            print(dumps(rows, indent=2) if as_json else _table(rows, ("mechanism", "setting", "measure",
-                                                                           "value", "extra", "without")))
+            if as_json:
+                print(dumps(rows, indent=2))
+            else:
+                show_table(rows, ("mechanism", "setting", "measure", "value", "extra", "without"))
             return
         cfg = SpecConfig(vocab=vocab, k=k, format=format, draft_format=draft_format, noise=noise, q_zero=q_zero,
                          zero_residual=zero_residual, uniform_bits=uniform_bits, logit_std=logit_std,
@@ -59,7 +61,7 @@ def register(app: typer.Typer) -> None:
             return
         cols = ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens") \
             if monte_carlo is None else ("format", "k", "vocab", "mc_tv_first", "mc_floor", "fail", "expected_tokens")
-        print(_table(result["rows"], cols))
+        show_table(result["rows"], cols)
 
     @app.command("spec-audit")
     def spec_audit(
@@ -83,8 +85,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps(result, indent=2))
         else:
-            print(_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
-                                           "detectable_tv", "impossible", "prefix_violations", "verdict", "error")))
+            show_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
+                                           "detectable_tv", "impossible", "prefix_violations", "verdict", "error"))
             print(f"{result['target']}: {result['verdict']} (alpha {cfg.alpha} over {len(result['cases'])} cases, "
                   f"power {cfg.power}; {result['seconds']:.1f} s)")
         if result["verdict"] != "pass":
