@@ -42,6 +42,7 @@ _COMMAND_MODULES = (
     "spec", "ring",
     "fp8_table",
 )
+_FAMILY_CLIS = ("consistency",)
 
 
 # A write the disk refused: what the user can act on, not a bug.
@@ -89,6 +90,8 @@ def build_app() -> typer.Typer:
 
     for name in _COMMAND_MODULES:
         importlib.import_module(f"attnum.cli.{name}").register(app)
+    for family in _FAMILY_CLIS:  # study families (attnum.studies.registry.register_cli once merged)
+        importlib.import_module(f"attnum.studies.{family}.cli").register(app)
     return app
 
 
