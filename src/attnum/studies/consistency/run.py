@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from attnum.attention.baseline import baseline_attention
 from attnum.attention.decode import decode_attention
 from attnum.attention.flash import flash_attention
 from attnum.attention.golden import golden_attention
@@ -68,6 +69,11 @@ class Request:
 
     def golden(self, t: int) -> torch.Tensor:
         return golden_attention(self.q[:, :, t:t + 1], self.k[:, :, :t + 1], self.v[:, :, :t + 1])[0, :, 0]
+
+    def baseline(self, t: int) -> torch.Tensor:
+        """(H, d): plain same-precision attention of row t (the yardstick of FlashAttention's test rule)."""
+        return baseline_attention(self.q[:, :, t:t + 1], self.k[:, :, :t + 1], self.v[:, :, :t + 1],
+                                  policy=self.policy)[0, :, 0]
 
     def prefill(self) -> torch.Tensor:
         """(H, T, d): one causal pass."""
@@ -147,6 +153,7 @@ def run_consistency(cfg: ConsistencyConfig) -> dict[str, Any]:
     fmt = req.fmt
     pre = req.prefill()
     golden = {t: req.golden(t) for t in ts}
+    baseline_ulp = max(max_ulp(req.baseline(t), golden[t], fmt) for t in ts)
     modes = [{"mode": "prefill", "vs_prefill": _summary([(pre[:, t], pre[:, t]) for t in ts], fmt),
               "vs_golden_ulp": max(max_ulp(pre[:, t], golden[t], fmt) for t in ts)}]
     for C in cfg.chunk_sizes:
@@ -158,5 +165,6 @@ def run_consistency(cfg: ConsistencyConfig) -> dict[str, Any]:
         modes.append({"mode": f"paged:{P}", "vs_prefill": _summary([(outs[t], pre[:, t]) for t in ts], fmt),
                       "vs_golden_ulp": max(max_ulp(outs[t], golden[t], fmt) for t in ts)})
     rules = [_rule_study(req, rule, ts) for rule in cfg.rules]
-    return {"config": cfg.to_dict(), "positions": ts, "format": fmt.name, "rules": rules, "modes": modes,
+    return {"config": cfg.to_dict(), "positions": ts, "format": fmt.name, "baseline_vs_golden_ulp": baseline_ulp,
+            "rules": rules, "modes": modes,
             "timing_s": time.perf_counter() - t0}
