@@ -16,13 +16,14 @@ def invariance_rows(result: dict[str, Any]) -> list[list[str]]:
     for r in result["rules"]:
         cells = [f"{_pct(b['identical'])} / {b['max_ulp']:.0f}" for b in r["batches"]]
         rows.append([r["rule"], *cells, ", ".join(r["breaks"]) or "none", f"{r['alone_vs_golden_ulp']:.1f}",
-                     f"{_pct(r['decode_vs_prefill']['identical'])} / {r['decode_vs_prefill']['max_ulp']:.0f}"])
+                     f"{_pct(r['decode_vs_prefill']['identical'])} / {r['decode_vs_prefill']['max_ulp']:.0f}",
+                     ", ".join(k for k, s in r["prefill_knobs"].items() if s["identical"] < 1.0) or "none"])
     return rows
 
 
 def invariance_header(result: dict[str, Any]) -> list[str]:
     return ["rule", *(f"B={b['B']}" for b in result["rules"][0]["batches"]), "knob that breaks it",
-            "alone vs golden (ulp)", "decode vs prefill"]
+            "alone vs golden (ulp)", "decode vs prefill", "knob (prefill vs decode)"]
 
 
 def mode_rows(result: dict[str, Any]) -> list[list[str]]:

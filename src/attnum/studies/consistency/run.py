@@ -18,7 +18,7 @@ Ways (each gives the request's output rows (H, d) at the config's query position
 Knobs (attribution, one at a time from the request alone, as ``attnum attribute`` turns on one rounding
 site at a time): ``batch_size`` (B copies of the request's own length), ``co_lengths`` (one other
 request of a drawn length, B = 2), and for prefill vs decode ``query_block`` (decode N = 1 vs the prefill
-pass, same tile, no split) and ``split`` (the rule's split and tile vs no split).
+pass, same tile, no split) and ``split`` (the rule's split and tile vs one split at the prefill's tile).
 Distances are in ulps of the output format at the scale of each reference row (:func:`max_ulp`).
 """
 
