@@ -24,6 +24,7 @@ Distances are in ulps of the output format at the scale of each reference row (:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -147,6 +148,24 @@ def _rule_study(req: Request, rule: str, ts: list[int]) -> dict[str, Any]:
 
 def run_consistency(cfg: ConsistencyConfig) -> dict[str, Any]:
     """The study of one point -> {"config", "rules": [...], "modes": [...], "timing_s"} (JSON-able)."""
+    with one_thread():
+        return _run(cfg)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread for the duration: the study's tensors are tiny (one request, one row at a
+    time), and on a loaded machine every op of a multi-threaded pool waits for its threads (measured
+    here: a 40-token generation took 10x longer with 2 threads than with 1 on 2 busy cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _run(cfg: ConsistencyConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     req = Request(cfg)
     ts = cfg.query_positions()

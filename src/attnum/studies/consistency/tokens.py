@@ -32,6 +32,7 @@ from attnum.attention.split_rules import parse_split_rule, plan_splits
 from attnum.errors import bad_value
 from attnum.policy import parse_policy
 from attnum.studies.consistency.lm_decode import ServedLM, training_logits
+from attnum.studies.consistency.run import one_thread
 from attnum.training.models import ByteLM, ModelConfig
 
 
@@ -132,6 +133,11 @@ def _generate(model, cfg: TokensConfig, policy, rule, prompt: torch.Tensor, run:
 
 def run_tokens(cfg: TokensConfig, out_dir: Path | None = None) -> dict[str, Any]:
     """Unique completions per prompt and train/inference log-prob gaps, per format and schedule."""
+    with one_thread():
+        return _run_tokens(cfg, out_dir)
+
+
+def _run_tokens(cfg: TokensConfig, out_dir: Path | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     model, train_info = trained_model(cfg, out_dir)
     prompts = _prompts(cfg)
