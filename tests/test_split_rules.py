@@ -158,3 +158,14 @@ def test_paged_takes_the_rule_and_matches_contiguous_at_the_same_tile():
                                    split_rule="vllm")
     contiguous = decode_attention(q, k, v, cache_seqlens=lens, policy="fa2:bf16", split_rule="vllm")  # tile 16
     assert torch.equal(paged, contiguous)
+
+
+def test_a_sub_batch_plan_gives_the_whole_batchs_row_bit_for_bit():
+    # The consistency study computes only its request's row under the whole batch's plan.
+    q, k, v, lens = _inputs()
+    plan = plan_splits("sglang", lens=lens.tolist(), heads=4, kv_heads=2, head_dim=64)
+    whole = decode_attention(q, k, v, cache_seqlens=lens, policy="fa2:bf16", split_rule=plan)
+    for b in range(3):
+        row = decode_attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], cache_seqlens=lens[b:b + 1], policy="fa2:bf16",
+                               split_rule=plan.select([b]))
+        assert torch.equal(row[0], whole[b])
