@@ -61,7 +61,8 @@ def test_split_decode_time_is_the_roofline_when_the_sms_are_full_and_slower_when
     # 1 CTA of 132 SMs streams 1/132 of the bandwidth (memory-bound decode)
     assert math.isclose(split_decode_time(one, dev, [1]), attention_cost(one).total_bytes * 132 / dev.bandwidth)
     extra = 2 * 4 * 8 * (128 + 1) * 4  # 4 splits: fp32 O (d) and LSE per head and split, written and read
-    assert math.isclose(split_decode_time(one, dev, [4]), (attention_cost(one).total_bytes + extra) * 132 / 4 / dev.bandwidth)
+    expect = (attention_cost(one).total_bytes + extra) * 132 / 4 / dev.bandwidth
+    assert math.isclose(split_decode_time(one, dev, [4]), expect)
 
 
 def _emulated(rule, claim):
@@ -115,3 +116,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, name, capsys):
     assert main(["consistency", *args]) == 2
     err = capsys.readouterr().err
     assert name in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_report_section_holds_every_rule_and_way(study):
+    from attnum.studies.consistency.report import html_section
+
+    page = html_section(study)
+    assert page.count("<table>") == 2 and all(r["rule"] in page for r in study["rules"])
+    assert all(m["mode"] in page for m in study["modes"])

@@ -71,7 +71,8 @@ def test_flashinfer_fixed_size_cuts_every_prefix_the_same_way():
 def test_sglang_fixed_tile_rounds_each_split_up_to_min_block_kv():
     # triton_backend.py (deterministic): num_kv_splits = ceil(L / 256); decode_attention.py:
     # kv_len_per_split = ceil(ceil(L / n) / 32) * 32. L = 300: n = 2, ceil(150 / 32) * 32 = 160.
-    assert plan_splits("sglang-fixed:256", lens=[300], heads=8, kv_heads=8, head_dim=64).bounds[0] == ((0, 160), (160, 300))
+    plan = plan_splits("sglang-fixed:256", lens=[300], heads=8, kv_heads=8, head_dim=64)
+    assert plan.bounds[0] == ((0, 160), (160, 300))
     assert sglang_cut(257, 2) == ((0, 160), (160, 257))  # ceil(257/2) = 129 -> 160
     assert sglang_cut(256, 1) == ((0, 256),)
 
@@ -146,7 +147,8 @@ def test_a_fixed_size_rule_is_batch_invariant_and_the_heuristic_is_not():
     inside = {r: decode_attention(q[:1], k[:1], v[:1], cache_seqlens=lens[:1], policy="fa2:bf16", split_rule=plan[r])
               for r in alone}
     assert torch.equal(alone["flashinfer:128"], inside["flashinfer:128"])
-    assert len(plan["fa2"].bounds[0]) == 1 < len(plan_splits("fa2", lens=[600], heads=4, kv_heads=2, head_dim=64).bounds[0])
+    lone = plan_splits("fa2", lens=[600], heads=4, kv_heads=2, head_dim=64)
+    assert len(plan["fa2"].bounds[0]) == 1 < len(lone.bounds[0])
     assert not torch.equal(alone["fa2"], inside["fa2"])
 
 

@@ -46,7 +46,8 @@ def token_rows(tokens: dict[str, Any]) -> list[list[str]]:
 def cost_rows(cost: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for r in cost:
-        cells = [f"{r['splits'][d]} / {r['time_s'][d] * 1e6:.1f} us ({r['ratio_vs_fa2'][d]:.2f}x)" for d in COST_DEVICES]
+        cells = [f"{r['splits'][d]} / {r['time_s'][d] * 1e6:.1f} us ({r['ratio_vs_fa2'][d]:.2f}x)"
+                 for d in COST_DEVICES]
         out.append([f"B={r['B']} L={r['L']}", r["rule"], *cells])
     return out
 
@@ -78,5 +79,6 @@ def html_section(result: dict[str, Any] | None, tokens: dict[str, Any] | None = 
     if tokens:
         parts += ["<h3>Tokens</h3>", html_table(TOKEN_HEADER, token_rows(tokens))]
     if cost:
-        parts += ["<h3>Cost of invariance (roofline bound, occupancy model)</h3>", html_table(COST_HEADER, cost_rows(cost))]
+        parts += ["<h3>Cost of invariance (roofline bound, occupancy model)</h3>",
+                  html_table(COST_HEADER, cost_rows(cost))]
     return "\n".join(parts + ["</section>"])
