@@ -171,3 +171,13 @@ def test_a_sub_batch_plan_gives_the_whole_batchs_row_bit_for_bit():
         row = decode_attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], cache_seqlens=lens[b:b + 1], policy="fa2:bf16",
                                split_rule=plan.select([b]))
         assert torch.equal(row[0], whole[b])
+
+
+def test_a_decode_point_takes_a_split_rule_as_an_axis():
+    from attnum.experiments.decode import DecodeConfig, run_decode
+
+    out = run_decode(DecodeConfig(split_rule="vllm", cache_len=300, batch=2, heads=4, kv_heads=2, head_dim=64))
+    # B = 2 <= 128 // 2: 3D; tiles_per_segment = ceil(300 / 256) = 2 -> 32 keys a segment, ceil(300 / 32) = 10 live
+    assert out["tiles"]["split_rule"] == "vllm" and out["tiles"]["splits"] == 10 and out["tiles"]["Bc"] == 16
+    with pytest.raises(AttnumInputError, match="split_rule"):
+        DecodeConfig(split_rule="nope")
