@@ -44,6 +44,13 @@ def test_fixed_size_rules_measure_invariant_and_the_batch_dependent_ones_name_th
         assert big["B"] == 200 and big["identical"] < 1.0 and big["max_ulp"] > 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_the_study_runs_on_cuda_with_the_same_invariance():
+    r = run_consistency(ConsistencyConfig(**{**SMALL, "device": "cuda"}))
+    rules = {x["rule"]: x for x in r["rules"]}
+    assert rules["flashinfer:128"]["breaks"] == [] and "batch_size" in rules["vllm"]["breaks"]
+
+
 def test_every_way_is_judged_against_golden_by_flash_attentions_rule(study):
     # FlashAttention's test rule: within 2x a same-precision plain attention's error (vs float64) plus a
     # floor of 2 ulps (attnum.audit.verdict), all in ulps of bf16 at the row's scale.

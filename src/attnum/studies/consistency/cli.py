@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
         chunk_sizes: str = typer.Option("64,256", help="Chunked-prefill chunk sizes."),
         page_sizes: str = typer.Option("16,64", help="Paged-KV page sizes."),
         seed: int = typer.Option(0, help="Input and batch-mix seed."),
-        out: str = typer.Option(None, "--out", help="Folder to write consistency.json (and cost.json) into."),
+        device: str = typer.Option("cpu", help="cpu, or cuda (the same emulation on the GPU's arithmetic)."),
+        out: str = typer.Option(None, "--out", help="Folder to write consistency.json into."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     ) -> None:
         """One request under every way a server computes it: bit-identical share, max ulp, the knob that breaks it."""
@@ -59,7 +60,8 @@ def register(app: typer.Typer) -> None:
             policy=policy, length=length, first_position=first_position, positions=positions, heads=heads,
             kv_heads=kv_heads, head_dim=head_dim, rules=tuple(r for r in rules.split(";") if r.strip()),
             batch_sizes=_ints(batch_sizes, "batch_sizes"), mixes=mixes, co_len_min=co_len_min, co_len_max=co_len_max,
-            chunk_sizes=_ints(chunk_sizes, "chunk_sizes"), page_sizes=_ints(page_sizes, "page_sizes"), seed=seed)
+            chunk_sizes=_ints(chunk_sizes, "chunk_sizes"), page_sizes=_ints(page_sizes, "page_sizes"), seed=seed,
+            device=device)
         with Activity("consistency"):
             result = run_consistency(cfg)
         cost = cost_table()

@@ -49,6 +49,7 @@ class ConsistencyConfig:
     chunk_sizes: tuple[int, ...] = (64, 256)
     page_sizes: tuple[int, ...] = (16, 64)
     seed: int = 0
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.kind != "consistency":
@@ -61,6 +62,10 @@ class ConsistencyConfig:
             raise bad_value("first_position", self.first_position, f"below length={self.length}")
         if self.heads % self.kv_heads:
             raise bad_value("kv_heads", self.kv_heads, f"a divisor of heads={self.heads}")
+        if self.device not in ("cpu", "cuda"):
+            raise bad_value("device", self.device, "cpu or cuda")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise bad_value("device", self.device, "cpu here (CUDA is not available)")
         if self.co_len_min > self.co_len_max:
             raise bad_value("co_len_min", self.co_len_min, f"at most co_len_max={self.co_len_max}")
         rules = tuple(self.rules) if isinstance(self.rules, (list, tuple)) else tuple(str(self.rules).split(";"))

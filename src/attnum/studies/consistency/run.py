@@ -64,7 +64,7 @@ class Request:
         self.cfg, self.policy = cfg, parse_policy(cfg.policy)
         spec = InputSpec(batch=1, heads=cfg.heads, kv_heads=cfg.kv_heads, seq_len=cfg.length, kv_len=cfg.length,
                          head_dim=cfg.head_dim, seed=cfg.seed)
-        self.q, self.k, self.v = (round_to(x, self.policy.inputs) for x in make_qkv(spec))
+        self.q, self.k, self.v = (round_to(x, self.policy.inputs).to(cfg.device) for x in make_qkv(spec))
         self.fmt = self.policy.out
         self._memo: dict = {}
 
@@ -105,11 +105,11 @@ class Request:
         return self._memo[key][:, t - c0]
 
     def paged(self, t: int, P: int) -> torch.Tensor:
-        lens = torch.tensor([t + 1])
-        kp, table = to_pages(self.k[:, :, :t + 1], P, cache_seqlens=lens, seed=self.cfg.seed)
-        vp, _ = to_pages(self.v[:, :, :t + 1], P, cache_seqlens=lens, seed=self.cfg.seed)
-        return paged_decode_attention(self.q[:, :, t:t + 1], kp, vp, block_table=table, cache_seqlens=lens,
-                                      policy=self.policy)[0, :, 0]
+        lens, dev = torch.tensor([t + 1]), self.q.device
+        kp, table = to_pages(self.k[:, :, :t + 1].cpu(), P, cache_seqlens=lens, seed=self.cfg.seed)
+        vp, _ = to_pages(self.v[:, :, :t + 1].cpu(), P, cache_seqlens=lens, seed=self.cfg.seed)
+        return paged_decode_attention(self.q[:, :, t:t + 1], kp.to(dev), vp.to(dev), block_table=table.to(dev),
+                                      cache_seqlens=lens.to(dev), policy=self.policy)[0, :, 0]
 
 
 def _rule_study(req: Request, rule: str, ts: list[int]) -> dict[str, Any]:
