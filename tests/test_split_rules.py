@@ -55,6 +55,7 @@ def test_fa2_decode_plan_swaps_gqa_heads_and_cuts_by_the_host_bound():
     plan = plan_splits("fa2", lens=[1000], heads=32, kv_heads=8, head_dim=128, max_seqlen=1024)
     assert plan.bounds[0] == tuple((128 * s, min(128 * (s + 1), 1000)) for s in range(8))
     assert plan.block_k == 128 and plan.merge_method == "lse"
+    assert plan.kv_order == "reverse"  # flash_fwd_kernel.h: `for (; n_block >= n_block_min; --n_block)`
     # 132 sequences fill the SMs: 132 * 8 >= 211.2, one split.
     assert len(plan_splits("fa2", lens=[1000] * 132, heads=32, kv_heads=8, head_dim=128).bounds[0]) == 1
     assert fa2_cut(100, num_splits=4, max_seqlen=1024, block_n=128)[1:] == ((256, 100), (512, 100), (768, 100))

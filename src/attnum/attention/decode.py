@@ -125,12 +125,14 @@ def decode_sequences(
     merge_method: str,
     base,
     seq_bounds=None,
+    kv_order: str = "forward",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The engine behind :func:`decode_attention` and the paged decode: ``kv(b, L)`` returns sequence
     b's first L keys and values as (G, L, d) and (G, L, dv) tensors in their own dtype (a slice of a
     contiguous cache, or pages gathered). Returns O (B, H, N, dv) in the carrier and LSE (B, H, N)
     float64 in ``base``. ``seq_bounds``: per sequence, the key ranges of its splits (a
-    :class:`attnum.attention.split_rules.SplitPlan`'s), instead of FA2's cut by ``num_splits``."""
+    :class:`attnum.attention.split_rules.SplitPlan`'s), instead of FA2's cut by ``num_splits``;
+    ``kv_order``: the order of the tiles inside each split (``reverse``: FA2's split-KV main loop)."""
     B, H, N, _ = q.shape
     g = H // G
     c = policy.carrier
@@ -158,7 +160,7 @@ def decode_sequences(
                 k_s = _load_splits(k_src[:, j0:j0 + n * sp], n, policy, bufs, "k", used_k)
                 v_s = _load_splits(v_src[:, j0:j0 + n * sp], n, policy, bufs, "v", used_v)
                 used_k, used_v = used_k + k_s.numel(), used_v + v_s.numel()
-                parts.update(_run_splits(qp, k_s, v_s, group, mk, g, scale, split_policy, block_k, base))
+                parts.update(_run_splits(qp, k_s, v_s, group, mk, g, scale, split_policy, block_k, base, kv_order))
         states = [parts.get(r) or _empty(H, N, dv, c, q.device) for r in bounds]
         if len(bounds) == 1:
             o, lse = states[0]
@@ -207,13 +209,13 @@ def _empty(H: int, N: int, dv: int, dtype, device) -> State:
                  torch.full((H, N), NEG_INF, dtype=torch.float64, device=device))
 
 
-def _run_splits(qp, k_s, v_s, ranges, mk, g, scale, policy, block_k, base) -> dict:
+def _run_splits(qp, k_s, v_s, ranges, mk, g, scale, policy, block_k, base, kv_order="forward") -> dict:
     """Equal-length splits of one sequence, (n, G, span, d), as the batch of one flash forward."""
     G, rows, _ = qp.shape
     n = len(ranges)
     tiles = Tiles(Br=max(1, rows), Bc=block_k)
     o, lse = flash_forward(qp.expand(n, G, rows, qp.shape[-1]), k_s, v_s, _SplitTiles(mk, [r[0] for r in ranges], g),
-                           scale=scale, policy=policy, tiles=tiles)
+                           scale=scale, policy=policy, tiles=tiles, kv_order=kv_order)
     H, N = G * g, rows // g
     lse = policy.round("lse", convert_lse(lse, "e", base)) if base != "e" else lse
     return {r: State(o[s].reshape(H, N, -1), lse[s].reshape(H, N)) for s, r in enumerate(ranges)}
@@ -266,18 +268,18 @@ def decode_attention(
         q, k_cache, v_cache, cache_seqlens, num_splits, max_seqlen, block_k, lse_base)
     mp = default_merge_policy(policy) if merge_policy is None else parse_policy(merge_policy)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    seq_bounds = None
+    seq_bounds, kv_order = None, "forward"
     if split_rule is not None:
         from attnum.attention.split_rules import as_plan
 
         plan = as_plan(split_rule, lens=lens, heads=H, kv_heads=G, head_dim=d, queries=N, max_seqlen=max_seqlen,
                        num_splits=num_splits)
-        seq_bounds, block_k, merge_method = plan.bounds, plan.block_k, plan.merge_method
+        seq_bounds, block_k, merge_method, kv_order = plan.bounds, plan.block_k, plan.merge_method, plan.kv_order
     out, lse = decode_sequences(
         q, lambda b, L: (k_cache[b, :, :L], v_cache[b, :, :L]), lens, G=G, dv=dv, is_causal=is_causal,
         causal_alignment=causal_alignment, scale=scale, policy=policy, num_splits=num_splits,
         max_seqlen=max_seqlen, block_k=block_k, merge_policy=mp, merge_method=merge_method, base=base,
-        seq_bounds=seq_bounds)
+        seq_bounds=seq_bounds, kv_order=kv_order)
     return (out, lse) if return_lse else out
 
 

@@ -101,16 +101,19 @@ class SplitRule:
 @dataclass(frozen=True)
 class SplitPlan:
     """What a kernel launches for one batch: ``bounds[b]`` the key ranges of sequence b's partials,
-    ``block_k`` the tile, ``merge_method`` the combine's order, ``note`` how the rule got there."""
+    ``block_k`` the tile, ``merge_method`` the combine's order, ``note`` how the rule got there,
+    ``kv_order`` the order of the tiles inside a split."""
 
     bounds: tuple[Ranges, ...]
     block_k: int
     merge_method: str
     note: str = ""
+    kv_order: str = "forward"
 
     def select(self, rows: Sequence[int]) -> SplitPlan:
         """The plan of a sub-batch (the arithmetic of a sequence depends only on its own ranges)."""
-        return SplitPlan(tuple(self.bounds[r] for r in rows), self.block_k, self.merge_method, self.note)
+        return SplitPlan(tuple(self.bounds[r] for r in rows), self.block_k, self.merge_method, self.note,
+                         self.kv_order)
 
 
 def _pos(v) -> bool:
@@ -225,9 +228,10 @@ def plan_splits(rule: str | SplitRule, *, lens: Sequence[int], heads: int, kv_he
         h_eff, n_eff = (G, heads // G) if queries == 1 and heads > G else (heads, queries)
         m_blocks = _cdiv(n_eff, 64)
         n = fa2_num_splits_heuristic(B * h_eff * m_blocks, 2 * r.sms, _cdiv(host, bn), r.max_splits)
+        # flash_fwd_kernel.h compute_attn_1rowblock_splitkv walks a split's blocks from the last one down.
         return SplitPlan(tuple(fa2_cut(L, num_splits=n, max_seqlen=host, block_n=bn) for L in lens), bn, "lse",
                          f"num_splits={n} (B*h*m_blocks={B * h_eff * m_blocks}, 2*SMs={2 * r.sms}, "
-                         f"n_blocks={_cdiv(host, bn)})")
+                         f"n_blocks={_cdiv(host, bn)})", kv_order="reverse")
     if r.name == "flashinfer":
         tile = r.tile or min(64, r.size)
         return SplitPlan(tuple(fixed_cut(L, r.size) for L in lens), tile, "online", f"split size {r.size}")
