@@ -37,13 +37,13 @@ class ConsistencyConfig:
     policy: str = "fa2:bf16"
     length: int = 1536
     first_position: int = 320
-    positions: int = 6
+    positions: int = 10
     heads: int = 8
     kv_heads: int = 2
     head_dim: int = 64
     rules: tuple[str, ...] = DEFAULT_RULES
     batch_sizes: tuple[int, ...] = (1, 4, 16, 64, 160)
-    mixes: int = 3
+    mixes: int = 4
     co_len_min: int = 16
     co_len_max: int = 4096
     chunk_sizes: tuple[int, ...] = (64, 256)
