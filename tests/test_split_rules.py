@@ -175,7 +175,7 @@ def test_a_sub_batch_plan_gives_the_whole_batchs_row_bit_for_bit():
 
 
 def test_a_decode_point_takes_a_split_rule_as_an_axis():
-    from attnum.experiments.decode import DecodeConfig, run_decode
+    from attnum.studies.serving.decode import DecodeConfig, run_decode
 
     out = run_decode(DecodeConfig(split_rule="vllm", cache_len=300, batch=2, heads=4, kv_heads=2, head_dim=64))
     # B = 2 <= 128 // 2: 3D; tiles_per_segment = ceil(300 / 256) = 2 -> 32 keys a segment, ceil(300 / 32) = 10 live
