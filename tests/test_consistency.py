@@ -131,3 +131,57 @@ def test_the_report_section_holds_every_rule_and_way(study):
     page = html_section(study)
     assert page.count("<table>") == 2 and all(r["rule"] in page for r in study["rules"])
     assert all(m["mode"] in page for m in study["modes"])
+
+
+SPEC = """
+name = "consistency-tiny"
+[defaults]
+kind = "consistency"
+length = 320
+first_position = 270
+positions = 2
+heads = 4
+kv_heads = 2
+head_dim = 64
+rules = "vllm;flashinfer:128"
+batch_sizes = [1, 100]
+mixes = 1
+chunk_sizes = [64]
+page_sizes = [16]
+[axes]
+seed = [0]
+"""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """``attnum sweep`` of a tiny consistency spec, then ``attnum report``: the output folder."""
+    tmp = tmp_path_factory.mktemp("consistency-sweep")
+    spec = tmp / "spec.toml"
+    spec.write_text(SPEC)
+    out = tmp / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--jobs", "1"]) == 0
+    assert main(["report", str(out)]) == 0
+    return out
+
+
+def test_a_consistency_sweep_is_stored_judged_and_reported(swept):
+    from attnum.store import open_store
+    from attnum.studies.registry import all_findings
+
+    page = (swept / "report.html").read_text()
+    assert 'id="consistency-0"' in page and "knob that breaks it" in page
+    with open_store(swept) as store:
+        rows = store.rows(status=None)
+    verdicts = {f.variant: f.verdict for f in all_findings(rows) if f.figure == "consistency"}
+    assert verdicts == {"vllm": "does not hold", "flashinfer:128": "holds"}
+
+
+def test_the_consistency_report_renders_in_a_browser(swept, tmp_path):
+    from test_report_chromium import BROWSER, render
+
+    if BROWSER is None:
+        pytest.skip("no headless browser found (apt-get install -y chromium)")
+    dom, console = render(swept / "report.html", tmp_path / "profile")
+    assert console == []
+    assert 'id="consistency-0"' in dom and dom.count("<table") >= 3

@@ -9,7 +9,7 @@ rows. The report section is :func:`attnum.studies.consistency.report.html_sectio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from attnum.studies.consistency.config import ConsistencyConfig
@@ -25,18 +25,45 @@ class ConsistencyPoint(ConsistencyConfig, StudyPoint):
         return f"consistency {self.policy} T={self.length} H={self.heads} G={self.kv_heads} d={self.head_dim}"
 
 
-def _axis(name: str):
-    def check(v: Any) -> bool:
+def _ok(check) -> Any:
+    def wrapped(v: Any) -> bool:
         try:
-            ConsistencyPoint(**{name: v})
+            check(v)
         except Exception:  # noqa: BLE001 - any refusal of the value is "not allowed"
             return False
         return True
 
-    return (f"a valid ConsistencyConfig.{name} (see attnum consistency --help)", check)
+    return wrapped
 
 
-AXES = {f.name: _axis(f.name) for f in fields(ConsistencyConfig) if f.name != "kind"}
+def _pos(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _rules(v: Any) -> None:
+    from attnum.attention.split_rules import parse_split_rule
+
+    for r in (v if isinstance(v, (list, tuple)) else str(v).split(";")):
+        parse_split_rule(r)
+
+
+def _policy(v: Any) -> None:
+    from attnum.policy import parse_policy
+
+    parse_policy(v)
+
+
+_INTS = "one or more positive integers"
+# Each axis checked on its own; the point checks the fields together (first_position < length, ...).
+AXES = {
+    "policy": ("a policy NAME:FORMAT (attnum.policy)", _ok(_policy)),
+    **{f: ("a positive integer", _pos) for f in ("length", "first_position", "positions", "heads", "kv_heads",
+                                                 "head_dim", "mixes", "co_len_min", "co_len_max")},
+    "rules": ("split rules, ';'-separated (attnum.attention.split_rules)", _ok(_rules)),
+    **{f: (_INTS, lambda v: all(_pos(x) for x in (v if isinstance(v, (list, tuple)) else [v])))
+       for f in ("batch_sizes", "chunk_sizes", "page_sizes")},
+    "device": ("cpu or cuda", lambda v: v in ("cpu", "cuda")),
+}
 
 
 def _run(point: ConsistencyPoint, kernels: tuple[str, ...]) -> dict[str, Any]:
@@ -71,8 +98,26 @@ def findings(rows: list[dict[str, Any]]) -> list[Finding]:
 def report(ctx: ReportContext) -> ReportPart:
     from attnum.studies.consistency.report import html_section
 
-    sections = tuple(html_section(r["metrics"]["study"], cost=r["metrics"]["cost"]) for r in _rows(ctx.rows))
+    sections = tuple(html_section(r["metrics"]["study"], cost=r["metrics"]["cost"], anchor=f"consistency-{i}")
+                     for i, r in enumerate(_rows(ctx.rows)))
     return ReportPart(sections=sections)
+
+
+def profile_spec(profile: str = "consistency", device: str = "cpu") -> Any:
+    """``attnum reproduce --profile consistency``: the default point in bf16 and fp16, MHA-like (G = 8) and
+    GQA (G = 2), two seeds; about a minute on 2 cores."""
+    from attnum.errors import bad_value
+    from attnum.experiments.spec import Group, SweepSpec
+
+    if profile != "consistency":
+        raise bad_value("--profile", profile, "consistency")
+    groups = tuple(
+        Group(name=f"consistency-{fmt}", points=tuple(
+            ConsistencyPoint(policy=f"fa2:{fmt}", kv_heads=g, seed=seed, device=device)
+            for g in (2, 8) for seed in (0, 1)))
+        for fmt in ("bf16", "fp16"))
+    return SweepSpec(name=profile, description="Same request, same answer? Batch invariance per split rule",
+                     record=(), kernels=(), groups=groups, source=f"attnum reproduce --profile {profile}")
 
 
 FAMILY = Family(
@@ -80,4 +125,5 @@ FAMILY = Family(
     kinds=(StudyKind(name="consistency", point_type=ConsistencyPoint, run=_run, axes=AXES),),
     findings=findings,
     report=report,
+    profiles={"consistency": profile_spec},
 )

@@ -68,9 +68,14 @@ def html_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def html_section(result: dict[str, Any] | None, tokens: dict[str, Any] | None = None,
-                 cost: list[dict[str, Any]] | None = None) -> str:
-    """The report's "Same request, same answer?" section from stored results."""
-    parts = ['<section id="consistency"><h2>Same request, same answer? (batch invariance)</h2>']
+                 cost: list[dict[str, Any]] | None = None, *, anchor: str = "consistency") -> str:
+    """The report's "Same request, same answer?" section from stored results (``anchor``: its HTML id)."""
+    title = "Same request, same answer? (batch invariance)"
+    if result:
+        c = result["config"]
+        title += (f" &mdash; {html.escape(str(c['policy']))}, T={c['length']}, H={c['heads']}, G={c['kv_heads']}, "
+                  f"d={c['head_dim']}, seed {c['seed']}")
+    parts = [f'<section id="{html.escape(anchor)}"><h2>{title}</h2>']
     if result:
         parts += ["<p>Each cell: share of decode outputs bit-identical to the request served alone, and the "
                   f"max distance in ulps of {html.escape(result['format'])} at the row's scale.</p>",
