@@ -185,3 +185,17 @@ def test_the_consistency_report_renders_in_a_browser(swept, tmp_path):
     dom, console = render(swept / "report.html", tmp_path / "profile")
     assert console == []
     assert 'id="consistency-0"' in dom and dom.count("<table") >= 3
+
+
+def test_every_config_field_is_a_flag():
+    # torchtitan-style: the CLI surface is the configs' fields, 1:1 (kind aside).
+    import dataclasses
+
+    from typer.main import get_command
+
+    from attnum.cli import build_app
+
+    commands = get_command(build_app()).commands
+    for name, cfg in (("consistency", ConsistencyConfig), ("consistency-tokens", TokensConfig)):
+        flags = {p.name for p in commands[name].params} - {"out", "as_json"}
+        assert flags == {f.name for f in dataclasses.fields(cfg)} - {"kind"}, name
