@@ -45,7 +45,8 @@ from attnum.errors import bad_value
 RULES = ("count", "fa2", "flashinfer", "sglang-fixed", "sglang", "vllm", "vllm-invariant")
 INVARIANT = frozenset({"count", "flashinfer", "sglang-fixed", "vllm-invariant"})
 SGLANG_MIN_BLOCK_KV = 32  # triton_ops/decode_attention.py: kv_len_per_split rounded up to this
-VLLM_MIN_LAUNCH_GRID_SIZE_2D = 128  # v1/attention/backends/triton_attn.py
+VLLM_MIN_LAUNCH_GRID_SIZE_2D = 128  # v1/attention/backends/triton_attn.py (NUM_PAR_SOFTMAX_SEGMENTS = 16 there);
+# with CUDA graphs the backend snaps the threshold to the nearest capture size, not modelled here
 VLLM_TILE_3D, VLLM_TILE_2D = 16, 32  # _get_tile_size: decode (element size >= 2) / prefill tile
 _DEFAULT = {"count": 1, "flashinfer": 2048, "sglang-fixed": 256}
 _PARAMS = {"count": (), "fa2": ("sms", "max_splits"), "flashinfer": ("tile",), "sglang-fixed": ("tile",),
