@@ -182,3 +182,13 @@ def test_a_decode_point_takes_a_split_rule_as_an_axis():
     assert out["tiles"]["split_rule"] == "vllm" and out["tiles"]["splits"] == 10 and out["tiles"]["Bc"] == 16
     with pytest.raises(AttnumInputError, match="split_rule"):
         DecodeConfig(split_rule="nope")
+
+
+def test_a_decode_points_split_rule_is_stored_only_when_set():
+    # Older stores hold decode configs without the field: their keys must not change.
+    from attnum.studies.registry import point_from_config
+    from attnum.studies.serving.inference import DecodePoint
+
+    plain, ruled = DecodePoint(), DecodePoint(split_rule="fa2")
+    assert "split_rule" not in plain.config() and ruled.config()["split_rule"] == "fa2"
+    assert point_from_config(ruled.config()).key == ruled.key != plain.key
