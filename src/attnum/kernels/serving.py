@@ -14,6 +14,9 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
   attnum's layout; without ``block_table`` the cache is (B, G, S, d), with it a page pool
   (n_pages, P, G, d) as :mod:`attnum.attention.paged`; lse (B, H, N) float32 in ``lse_base``; ``is_causal`` with
   the kernel's own alignment (the decode probes check it is bottom-right: a decode query sees its cache);
+  a caller that leaves ``num_splits`` out asks for the kernel's own split choice (its heuristic);
+- ``attnum_batch_invariant`` (optional, on the target or its ``decode``): True when the target claims a
+  request's decode output does not depend on the rest of the batch (the decode-batch-invariance probe);
 - ``lse_base``: ``"e"`` or 2; ``empty_lse``: the LSE the target uses for a state with no key (-inf, or
   +inf as FA2's non-split forward).
 

@@ -46,6 +46,8 @@ def register(app: typer.Typer) -> None:
         kv_scale: str = typer.Option("1.0", help="KV-cache scale: a number (vLLM's default 1.0) or calibrated."),
         mla_rank: str = typer.Option(None, "--mla-rank", help="MLA latent rank r (DeepSeek: 512); default none."),
         absorbed: bool = typer.Option(False, "--absorbed", help="MLA: the absorbed path (W_UK folded into q)."),
+        split_rule: str = typer.Option(None, "--split-rule", help="A kernel's split rule instead of --splits: fa2, "
+                                       "flashinfer:2048, sglang-fixed:256, sglang, vllm, vllm-invariant, count:N."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Decode attention with a KV cache (split-KV, paged, GQA, quantized KV, MLA) against the float64 golden."""
@@ -56,7 +58,7 @@ def register(app: typer.Typer) -> None:
             kv_heads=_opt_int(kv_heads, "kv_heads"), lse_base=lse_base, cache_len=cache_len, queries=queries,
             batch=batch, heads=heads, head_dim=head_dim, causal_alignment=causal_alignment, seed=seed,
             kv_cache_dtype=kv_cache_dtype, kv_scale=kv_scale, mla_rank=_opt_int(mla_rank, "mla_rank"),
-            absorbed=absorbed,
+            absorbed=absorbed, split_rule=split_rule,
         )
         with Activity("decode"):
             result = run_decode(cfg)

@@ -67,6 +67,7 @@ class DecodeConfig:
     kv_scale: float | str = 1.0
     mla_rank: int | None = None
     absorbed: bool = False
+    split_rule: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(DecodeConfig):
@@ -79,6 +80,8 @@ class DecodeConfig:
         parse_policy(self.policy, self.format)
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise bad_value("kv_heads", self.kv_heads, f"a divisor of heads={self.heads}")
+        if self.split_rule is not None and self.splits != 1:
+            raise bad_value("splits", self.splits, "1 when split_rule is set (the rule decides the splits)")
         if self.mla_rank is None:
             if self.absorbed:
                 raise bad_value("absorbed", True, "False unless mla_rank is set (absorption is an MLA path)")
@@ -86,7 +89,7 @@ class DecodeConfig:
         from attnum.attention.mla import check_rank
 
         check_rank(self.mla_rank, self.heads, self.head_dim)
-        for name, unset in (("splits", 1), ("page_size", None), ("kv_heads", None)):
+        for name, unset in (("splits", 1), ("page_size", None), ("kv_heads", None), ("split_rule", None)):
             if getattr(self, name) != unset:
                 raise bad_value(name, getattr(self, name), f"{unset} with mla_rank (MLA decode is one MQA over the "
                                 "latent, unsplit, contiguous)")
@@ -144,7 +147,15 @@ DECODE_FIELDS: dict[str, tuple[str, Any]] = {
     "kv_scale": ("a positive finite number (vLLM's default 1.0) or 'calibrated'", _scale),
     "mla_rank": ("a positive integer (MLA latent rank r) or none", _opt_pos),
     "absorbed": ("true or false", lambda v: isinstance(v, bool)),
+    "split_rule": ("none or a split rule (attnum.attention.split_rules: fa2, flashinfer:2048, sglang-fixed:256, "
+                   "sglang, vllm, vllm-invariant, count:N)", lambda v: v is None or _ok(_split_rule)(v)),
 }
+
+
+def _split_rule(v: Any):
+    from attnum.attention.split_rules import parse_split_rule
+
+    return parse_split_rule(v)
 
 
 def check_decode_field(name: str, value: Any) -> None:
@@ -189,7 +200,7 @@ def _run_attention(cfg: DecodeConfig, policy) -> dict[str, Any]:
 
         cache = quantize_kv_cache(k, v, quant)
         (kq, vq), overflow = cache.dequantize(policy.inputs), cache.overflow
-    kw = dict(policy=policy, lse_base=cfg.lse_base, **common)
+    kw = dict(policy=policy, lse_base=cfg.lse_base, split_rule=cfg.split_rule, **common)
     if cfg.page_size is None:
         o = decode_attention(q, kq, vq, num_splits=cfg.splits, **kw)
         tiles = {"Bc": 128, "splits": cfg.splits, "paged": False}
@@ -198,7 +209,14 @@ def _run_attention(cfg: DecodeConfig, policy) -> dict[str, Any]:
         vp, _ = to_pages(vq, cfg.page_size, cache_seqlens=lens, seed=cfg.seed)
         o = paged_decode_attention(q, kp, vp, block_table=table, num_splits=cfg.splits, **kw)
         tiles = {"Bc": cfg.page_size, "splits": cfg.splits, "paged": True}
-    unsplit = decode_attention(q, kq, vq, num_splits=1, **kw)
+    if cfg.split_rule is not None:
+        from attnum.attention.split_rules import plan_splits
+
+        plan = plan_splits(cfg.split_rule, lens=lens.tolist(), heads=cfg.heads, kv_heads=cfg.kv_heads or cfg.heads,
+                           head_dim=cfg.head_dim, queries=cfg.queries)
+        tiles.update(splits=len(plan.bounds[0]), split_rule=cfg.split_rule, plan=plan.note,
+                     Bc=cfg.page_size or plan.block_k)
+    unsplit = decode_attention(q, kq, vq, num_splits=1, **{**kw, "split_rule": None})
     base = torch.cat([baseline_attention(q[b:b + 1], kq[b:b + 1], vq[b:b + 1], is_causal=True,
                                          causal_alignment=cfg.causal_alignment, policy=policy)
                       for b in range(cfg.batch)])
