@@ -29,7 +29,7 @@ def test_adam_update_is_the_step_torch_takes():
 
 
 def test_split_gives_the_models_q_k_v_rows():
-    from attnum.studies.training.models import ModelConfig, SelfAttention
+    from attnum.workloads.models import ModelConfig, SelfAttention
 
     torch.manual_seed(0)
     m = SelfAttention(ModelConfig(d_model=8, n_heads=2))

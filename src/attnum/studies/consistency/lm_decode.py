@@ -1,4 +1,4 @@
-"""attnum's bundled byte-level LM (:class:`attnum.studies.training.models.ByteLM`) served one request at a time.
+"""attnum's bundled byte-level LM (:class:`attnum.workloads.models.ByteLM`) served one request at a time.
 
 Shapes: T tokens, D model width, H heads, d = D / H, V = 256 bytes.
 
@@ -15,7 +15,7 @@ import torch
 
 from attnum.attention.decode import decode_attention
 from attnum.attention.flash import flash_attention
-from attnum.studies.training.models import ByteLM, set_attention
+from attnum.workloads.models import ByteLM, set_attention
 
 
 class ServedLM:

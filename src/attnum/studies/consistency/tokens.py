@@ -1,6 +1,6 @@
 """Does it matter for tokens? Greedy completions of attnum's bundled LM under two serving schedules.
 
-The model: :class:`attnum.studies.training.models.ByteLM` trained here for ``train_steps`` steps on the bundled
+The model: :class:`attnum.workloads.models.ByteLM` trained here for ``train_steps`` steps on the bundled
 ``lm`` workload (stdlib ``pydoc_data`` prose, no download), cached under the out folder.
 
 Each of ``prompts`` prompts (``prompt_len`` bytes of held-out text) is completed greedily for
@@ -33,7 +33,7 @@ from attnum.errors import bad_value
 from attnum.policy import parse_policy
 from attnum.studies.consistency.lm_decode import ServedLM, training_logits
 from attnum.studies.consistency.run import one_thread
-from attnum.studies.training.models import ByteLM, ModelConfig
+from attnum.workloads.models import ByteLM, ModelConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,7 @@ class TokensConfig:
 
 def trained_model(cfg: TokensConfig, out_dir: Path | None) -> tuple[ByteLM, dict[str, Any]]:
     """The LM, trained now or loaded from ``out_dir/lm-<key>.pt`` -> (model, {final_loss, cached})."""
-    from attnum.studies.training.workloads import Workload, WorkloadConfig
+    from attnum.workloads.workloads import Workload, WorkloadConfig
 
     mcfg = ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers)
     wl = Workload(WorkloadConfig(name="lm", model=mcfg, batch_size=16, seq_len=cfg.seq_len))
@@ -101,7 +101,7 @@ def trained_model(cfg: TokensConfig, out_dir: Path | None) -> tuple[ByteLM, dict
 
 
 def _prompts(cfg: TokensConfig) -> list[torch.Tensor]:
-    from attnum.studies.training.data import TextData
+    from attnum.workloads.data import TextData
 
     data = TextData.load()
     return [data.batch(data_seed=cfg.seed + 7919, step=i, batch_size=1, seq_len=cfg.prompt_len)["inputs_BT"][0]

@@ -52,9 +52,9 @@ from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
 from attnum.studies.training.bias_sites import SiteBiasConfig, run_site_bias
-from attnum.studies.training.data import step_generator
-from attnum.studies.training.models import ModelConfig, set_attention
-from attnum.studies.training.workloads import Workload, WorkloadConfig
+from attnum.workloads.data import step_generator
+from attnum.workloads.models import ModelConfig, set_attention
+from attnum.workloads.workloads import Workload, WorkloadConfig
 
 RUNS = {
     "fp32": "flash:fp32",

@@ -32,8 +32,8 @@ from attnum.studies.training.checkpoints import checkpoint_name, load_state
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import COMPARISONS, headline, summarise
 from attnum.studies.training.loop import PRECISIONS, RunConfig, finished, train
-from attnum.studies.training.models import ModelConfig
-from attnum.studies.training.workloads import WORKLOADS, WorkloadConfig
+from attnum.workloads.models import ModelConfig
+from attnum.workloads.workloads import WORKLOADS, WorkloadConfig
 
 PROFILES: dict[str, dict[str, int]] = {
     "quick": {"steps": 400, "ckpt_every": 20},
