@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
         if profile.startswith("bias"):
             from attnum.cli.bias import diverge_bias
 
+            if workload != "lm":  # before the folder is made or locked: a rejected command leaves nothing
+                raise AttnumInputError(f"workload={workload!r} is not allowed with --profile {profile}; expected lm")
+
             with one_writer(out):
                 diverge_bias(profile=profile, workload=workload, steps=steps, block_k=block_k,
                              seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out, as_json=as_json)
@@ -86,13 +89,23 @@ def register(app: typer.Typer) -> None:
 @contextlib.contextmanager
 def one_writer(out: Path) -> Iterator[None]:
     """Create ``out`` and hold its one-writer lock (``attnum.store_lock``) while the block runs: a second
-    ``diverge`` on the same folder is refused in one line naming the first, as a second sweep is."""
+    ``diverge`` on the same folder is refused in one line naming the first, as a second sweep is.
+
+    A command rejected inside the block (bad input, exit 2) leaves nothing behind: the lock file is
+    removed on release, and the folder too when this call created it and it is still empty."""
     from attnum.outdir import make_out_folder
     from attnum.store_lock import FolderLock
 
+    created = not out.exists()
     lock = FolderLock(make_out_folder(out))
     try:
         yield
+    except AttnumInputError:
+        lock.release()
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty
+        raise
     finally:
         lock.release()
 
