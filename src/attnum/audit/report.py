@@ -96,23 +96,25 @@ def _probe_json(r: ProbeResult) -> dict:
 
 def print_table(report: AuditReport, console) -> None:
     """The human view: one row per probe and dtype, then a one-line summary."""
+    from rich.markup import escape as esc  # user strings (target, notes, labels) are data, never markup
     from rich.table import Table
 
     if not report.available:
         what = "" if report.reason.startswith(NOTHING_TESTED) else "unavailable - "
-        console.print(f"[yellow]{report.target}: {what}{report.reason}[/yellow]", soft_wrap=True)
+        console.print(f"[yellow]{esc(report.target)}: {what}{esc(report.reason)}[/yellow]", soft_wrap=True)
         return
-    table = Table(title=f"attnum audit {report.target}", title_justify="left", caption=environment_line(report))
+    table = Table(title=f"attnum audit {esc(report.target)}", title_justify="left",
+                  caption=esc(environment_line(report)))
     for col, just in (("probe", "left"), ("dtype", "left"), ("verdict", "left"), ("target err", "right"),
                       ("baseline err", "right"), ("bound", "right"), ("margin", "right"), ("note", "left")):
         table.add_column(col, justify=just, overflow="fold")
     for r in report.results:
         style = "yellow" if r.near_bound else STYLE[r.status]
-        table.add_row(r.name, r.dtype, f"[{style}]{verdict_text(r)}[/]", _num(r.target_error),
-                      _num(r.baseline_error), _num(r.bound), margin(r.ratio), r.note)
+        table.add_row(esc(r.name), esc(r.dtype), f"[{style}]{esc(verdict_text(r))}[/]", _num(r.target_error),
+                      _num(r.baseline_error), _num(r.bound), margin(r.ratio), esc(r.note))
     console.print(table)
-    console.print(conventions_line(report), soft_wrap=True)
-    console.print(summary(report))
+    console.print(esc(conventions_line(report)), soft_wrap=True)
+    console.print(esc(summary(report)))
 
 
 def summary(report: AuditReport) -> str:
@@ -140,7 +142,7 @@ def to_html(report: AuditReport) -> str:
             f"<td>{margin(c.verdict.ratio if c.verdict.status not in NO_MARGIN else math.nan)}</td>"
             f"<td>{esc(c.verdict.note)}</td></tr>" for c in r.cases)
         cls = "near" if r.near_bound else r.status.split()[0]
-        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{r.dtype}</td><td></td>"
+        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{esc(r.dtype)}</td><td></td>"
                     f"<td>{esc(verdict_text(r))}</td><td>{_num(r.target_error)}</td><td>{_num(r.baseline_error)}</td>"
                     f"<td>{_num(r.bound)}</td><td>{margin(r.ratio)}</td><td>{esc(r.note)}</td></tr>{cases}")
     body = ("<p>" + esc(report.reason) + "</p>") if not report.available else (

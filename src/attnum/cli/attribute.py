@@ -67,7 +67,9 @@ def print_budget(result: dict) -> None:
     from attnum.experiments.attribute import budget_rows, dominant_sentence
 
     metric = result["metric"]
-    table = Table(title=_title(result) + f"; exact = {result['carrier']} (the carrier)")
+    from rich.markup import escape
+
+    table = Table(title=escape(_title(result) + f"; exact = {result['carrier']} (the carrier)"))
     for col in ("site", "format", "only this rounds: flash", "baseline", "flash/baseline",
                 "only this exact: flash", "baseline"):
         table.add_column(col, justify="left" if col in ("site", "format") else "right")

@@ -114,6 +114,7 @@ def register(app: typer.Typer) -> None:
 
 def print_result(result: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     pol, tiles = result["policy"], result["tiles"]
@@ -122,7 +123,7 @@ def print_result(result: dict) -> None:
              + f"  N={result['config']['seq_len']} d={result['config']['head_dim']}  "
              f"Br={tiles['Br']} Bc={tiles['Bc']} Tc={tiles['Tc']}  variant={result['config']['variant']}  "
              f"carrier={pol['carrier']}")
-    table = Table(title=title)
+    table = Table(title=escape(title))
     table.add_column("pair")
     for col in COLUMNS:
         table.add_column(col, justify="right")
@@ -144,12 +145,13 @@ def _cell(column: str, value: float) -> str:
 
 def print_grad_result(result: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from attnum.experiments.grad_compare import grad_rows
 
     pol, tiles = result["policy"], result["tiles"]
-    table = Table(title=f"gradients under {pol['name']}  N={result['config']['seq_len']}  Bc={tiles['Bc']}")
+    table = Table(title=escape(f"gradients under {pol['name']}  N={result['config']['seq_len']}  Bc={tiles['Bc']}"))
     for col in ("pair", "grad", "max_abs", "mean_abs", "rmse", "max_ulp"):
         table.add_column(col, justify="right" if col not in ("pair", "grad") else "left")
     for pair, gr, *vals in grad_rows(result):

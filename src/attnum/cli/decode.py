@@ -76,7 +76,9 @@ def print_result(result: dict) -> None:
     kernel = f"splits={t['splits']} Bc={t['Bc']}" + (f" paged P={c['page_size']}" if t["paged"] else "")
     if c["mla_rank"]:
         kernel = f"MLA r={c['mla_rank']} {'absorbed' if c['absorbed'] else 'explicit'}"
-    table = Table(title=f"{result['policy']['name']}  {shape}  {kernel}  kv={c['kv_cache_dtype']}  lse base {c['lse_base']}")
+    from rich.markup import escape
+
+    table = Table(title=escape(f"{result['policy']['name']}  {shape}  {kernel}  kv={c['kv_cache_dtype']}  lse base {c['lse_base']}"))
     table.add_column("pair")
     for col in COLUMNS:
         table.add_column(col, justify="right")
