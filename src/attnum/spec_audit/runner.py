@@ -107,25 +107,49 @@ def _run_case(case: Case, fn, cfg: SpecAuditConfig, alpha_case: float, gen: torc
     }
 
 
-def run_spec_audit(cfg: SpecAuditConfig, sampler=None) -> dict:
-    """Audit ``cfg.target`` (or the callable ``sampler``): one row per case and the overall verdict."""
+def generator(cfg: SpecAuditConfig, start: int = 0) -> torch.Generator:
+    """The generator of the cases from ``start`` on: one stream for a whole audit (start 0); a child
+    restarted after a crash at case ``start`` gets its own, still fixed by the seed."""
+    return torch.Generator().manual_seed(cfg.seed + 1_000_003 * start)
+
+
+def failed_row(case: Case, error: str) -> dict:
+    return {"case": case.name, "k": case.k, "V": case.V, "verdict": "fail", "error": error, "why": case.why}
+
+
+def run_case(case: Case, fn, cfg: SpecAuditConfig, alpha_case: float, gen: torch.Generator) -> dict:
+    """One case's row; a sampler that raises (or calls ``sys.exit``) fails its case."""
+    try:
+        return _run_case(case, fn, cfg, alpha_case, gen)
+    except AttnumInputError:
+        raise
+    except SystemExit as exc:
+        return failed_row(case, f"the sampler called sys.exit({exc.code!r})")
+    except Exception as exc:  # noqa: BLE001 - a sampler that crashes fails its case
+        return failed_row(case, f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def summary(name: str, cfg: SpecAuditConfig, rows: list[dict], seconds: float, n_cases: int) -> dict:
+    """The audit's document. It passes only when every case ran and passed: no row, or fewer rows
+    than cases, is a fail (nothing a sampler does can turn into a pass)."""
+    ok = bool(rows) and len(rows) == n_cases and all(r.get("verdict") == "pass" for r in rows)
+    return {"target": name, "alpha": cfg.alpha, "power": cfg.power, "seed": cfg.seed,
+            "verdict": "pass" if ok else "fail", "cases": rows, "seconds": seconds}
+
+
+def run_spec_audit(cfg: SpecAuditConfig, sampler=None, *, isolate: bool = False, timeout: float = 300.0) -> dict:
+    """Audit ``cfg.target`` (or the callable ``sampler``): one row per case and the overall verdict.
+
+    ``isolate``: run a named target in child processes (attnum.spec_audit.isolate; the CLI does), so
+    a crash, a hang past ``timeout`` s of silence or an exit fails the case in flight, not the audit."""
+    if isolate and sampler is None:
+        from attnum.spec_audit.isolate import run_isolated
+
+        return run_isolated(cfg, timeout=timeout)
     name, fn = resolve_sampler(sampler if sampler is not None else cfg.target)
     cases = get_cases(cfg.cases)
     alpha_case = cfg.alpha / len(cases)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = generator(cfg)
     t0 = time.perf_counter()
-    rows = []
-    for case in cases:
-        try:
-            rows.append(_run_case(case, fn, cfg, alpha_case, gen))
-        except AttnumInputError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a sampler that crashes fails its case
-            msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            rows.append({"case": case.name, "k": case.k, "V": case.V, "verdict": "fail", "error": msg,
-                         "why": case.why})
-    return {
-        "target": name, "alpha": cfg.alpha, "power": cfg.power, "seed": cfg.seed,
-        "verdict": "pass" if all(r["verdict"] == "pass" for r in rows) else "fail",
-        "cases": rows, "seconds": time.perf_counter() - t0,
-    }
+    rows = [run_case(case, fn, cfg, alpha_case, gen) for case in cases]
+    return summary(name, cfg, rows, time.perf_counter() - t0, len(cases))
