@@ -137,7 +137,7 @@ def _bool(v: Any) -> bool:
 # field -> (what is allowed, check): the one validator of each field, for the CLI and the sweeps.
 FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
-               "overrides", _parses(lambda v: parse_policy(v, "fp32"))),
+               "overrides (each site at most once)", _parses(lambda v: parse_policy(v, "fp32"))),
     "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", _parses(get_format)),
     "baseline_policy": ("unset (the policy), or a policy as for policy (e.g. torch-eager)",
                         lambda v: v is None or _parses(lambda x: parse_policy(x, "fp32"))(v)),
