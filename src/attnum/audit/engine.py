@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import platform
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 

@@ -20,9 +20,9 @@ from typing import Any
 from attnum.errors import bad_value
 from attnum.experiments.findings import ClaimMap, compute_findings, compute_maps
 from attnum.experiments.results import Row, metric, seed_summary
+from attnum.outfile import check_output, write_atomic
 from attnum.report import inference as inference_report
 from attnum.report.figures import captions, draw_all
-from attnum.outfile import check_output, write_atomic
 from attnum.store import open_store
 
 _CSS = """
