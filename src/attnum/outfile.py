@@ -87,3 +87,9 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None], *
             tmp_path.unlink()
         raise
     return p
+
+
+def save_figure(fig, path: str | Path, **kwargs) -> Path:
+    """``fig.savefig`` through :func:`write_atomic` (the format from the name's suffix)."""
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))

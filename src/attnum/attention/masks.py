@@ -21,6 +21,7 @@ arithmetic per (query chunk, key tile); a user ``attn_mask`` is sliced per tile 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,8 +68,8 @@ def resolve_scale(scale: object, d: int) -> float:
     input error naming ``scale``."""
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) and not (
-            isinstance(scale, torch.Tensor) and scale.numel() == 1 and not scale.dtype == torch.bool):
+    if isinstance(scale, bool) or type(scale).__name__ == "bool_" or not isinstance(scale, numbers.Real) and not (
+            isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype != torch.bool):
         raise AttnumInputError(f"scale={scale!r} is not allowed; expected a finite number or None (1/sqrt(d))")
     value = float(scale)
     if not math.isfinite(value):
@@ -225,7 +226,7 @@ def masking(
 ) -> Masking:
     """The one constructor every implementation uses."""
     B, H, N, S = shape_BHNS
-    if not isinstance(is_causal, bool):  # "no" is truthy: never read a string or a number as causal
+    if not isinstance(is_causal, bool) and type(is_causal).__name__ != "bool_":  # "no" is truthy: never a str or int
         raise AttnumInputError(f"is_causal={is_causal!r} is not allowed; expected True or False")
     return Masking(B=B, H=H, N=N, S=S, attn_mask=attn_mask, is_causal=bool(is_causal), alignment=causal_alignment,
                    window=window)

@@ -10,6 +10,7 @@ import typer
 
 from attnum.errors import AttnumInputError
 from attnum.jsonout import dumps
+from attnum.outfile import write_atomic
 from attnum.report.progress import Activity
 
 DEFAULT_OUT = Path("runs/diverge")
@@ -53,7 +54,7 @@ def register(app: typer.Typer) -> None:
             with Activity("diverge --checkpoints"):
                 result = compare_folders(*checkpoints)
             with one_writer(out):
-                (out / "checkpoints.json").write_text(dumps(result, indent=1))
+                write_atomic((out / "checkpoints.json"), dumps(result, indent=1))
                 write_checkpoint_report(result, out)
             print(dumps(result, indent=1) if as_json else _folders_text(result))
             return
