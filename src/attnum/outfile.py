@@ -7,14 +7,17 @@ by being the same file). ``attnum export out -o out/attnum.sqlite`` once replace
 
 :func:`write_atomic` writes to a temporary file in the destination's folder and renames it into
 place (``os.replace``, atomic on POSIX): a reader, or a ``kill -9`` in mid-write, sees the old file
-or the new one, never a truncated one. A destination that is a symbolic link is replaced by the new
-file; the file the link pointed to is never opened.
+or the new one, never a truncated one. A destination that is a symbolic link to a regular file is
+replaced by the new file; the file the link pointed to is never opened. A destination that is not a
+regular file (``/dev/null``, ``/dev/full``, ``/dev/stdout``, a FIFO) is written in place: there is no
+file to replace, and renaming over it would replace the device node itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +65,17 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None], *
 
     The temporary file is ``.NAME.XXXX.tmp`` beside ``path``; it is removed if writing fails."""
     p = Path(path)
+    try:
+        special = not stat.S_ISREG(os.stat(p).st_mode)  # through links: /dev/stdout -> /proc/self/fd/1
+    except OSError:
+        special = False  # absent (or a dangling link): a new file
+    if special:
+        if callable(data):
+            data(p)
+        else:
+            with open(p, "wb") as fh:
+                fh.write(data.encode(encoding) if isinstance(data, str) else data)
+        return p
     parent = p.parent if str(p.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
     tmp_path = Path(tmp)

@@ -63,12 +63,16 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, i
     return B, H, G, N, S, d, dv
 
 
+def _numpy_bool(x: object) -> bool:
+    return type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_")
+
+
 def resolve_scale(scale: object, d: int) -> float:
     """``scale`` as a float (``1/sqrt(d)`` when None); a non-number, a bool or a non-finite value is an
     input error naming ``scale``."""
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or type(scale).__name__ == "bool_" or not isinstance(scale, numbers.Real) and not (
+    if isinstance(scale, bool) or _numpy_bool(scale) or not isinstance(scale, numbers.Real) and not (
             isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype != torch.bool):
         raise AttnumInputError(f"scale={scale!r} is not allowed; expected a finite number or None (1/sqrt(d))")
     value = float(scale)
@@ -226,7 +230,7 @@ def masking(
 ) -> Masking:
     """The one constructor every implementation uses."""
     B, H, N, S = shape_BHNS
-    if not isinstance(is_causal, bool) and type(is_causal).__name__ != "bool_":  # "no" is truthy: never a str or int
+    if not isinstance(is_causal, bool) and not _numpy_bool(is_causal):  # "no" is truthy: never a str or an int
         raise AttnumInputError(f"is_causal={is_causal!r} is not allowed; expected True or False")
     return Masking(B=B, H=H, N=N, S=S, attn_mask=attn_mask, is_causal=bool(is_causal), alignment=causal_alignment,
                    window=window)

@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         if code == 130:  # typer turns a KeyboardInterrupt (SIGINT, or SIGTERM in a sweep) into Exit(130)
             print("attnum: interrupted", file=sys.stderr)
         return code if isinstance(code, int) else 0
-    except SystemExit as ex:  # no command calls sys.exit: user code it ran did (a kernel in training...)
-        # Never exit 0 (or 2/3, which mean something else) on it: nothing finished.
+    except SystemExit as ex:  # no command calls sys.exit with 0: code it ran did (a kernel in training...)
+        if isinstance(ex.code, int) and ex.code != 0:
+            return ex.code  # click's own exit on a closed stdout (EPIPE) is 1
+        # Never exit 0 on it: nothing finished.
         print(f"attnum: error: code this command ran called sys.exit({ex.code!r}) before the command "
               "finished; nothing was completed", file=sys.stderr)
         return 1

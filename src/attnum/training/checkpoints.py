@@ -77,6 +77,18 @@ def _flatten(obj: object, out: dict[str, torch.Tensor], budget: int) -> None:
                         for k, v in reversed(list(node.items())))
 
 
+def _check_archive(path: Path) -> None:
+    """A torch zip archive holds one record per storage: refuse more than MAX_ENTRIES before unpickling
+    (torch.load takes time per record; a legacy non-zip file is bounded by its size alone)."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            n = len(zf.infolist())
+        if n > MAX_ENTRIES:
+            raise ValueError(f"its archive holds {n} records, more than {MAX_ENTRIES}")
+
+
 def load_state(path: Path) -> dict[str, torch.Tensor]:
     """Name -> tensor of one checkpoint file (nested dicts flattened with dots; DDP's ``module.`` kept)."""
     path = Path(path)
@@ -86,6 +98,7 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
 
             return load_file(str(path), device="cpu")
         if path.suffix in TORCH_SUFFIXES:
+            _check_archive(path)
             obj = torch.load(path, map_location="cpu", weights_only=True)
             for key in ("state_dict", "model", "module"):  # common wrappers around the weights
                 if isinstance(obj, dict) and isinstance(obj.get(key), dict):
