@@ -83,6 +83,18 @@ def test_an_output_that_is_a_link_is_replaced_never_written_through(tmp_path):
     assert precious.read_text() == "keep me" and not (tmp_path / "x.csv").is_symlink()
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_that_is_a_device_is_written_in_place_never_replaced(tmp_path, capsys):
+    """Renaming a temp file over /dev/full would replace the device node itself (it did, once)."""
+    import stat
+
+    out = _store(tmp_path / "out")
+    assert cli("export", out, "-o", "/dev/full") == 2
+    assert "disk is full" in _one_line(capsys)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert cli("export", out, "-o", "/dev/null") == 0 and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
 @pytest.mark.parametrize("argv", [["export", "{out}", "-o", ""], ["sweep", "s.toml", "--out", ""],
                                   ["diverge", "--checkpoints", "", "b"], ["audit", "torch-sdpa", "--html", ""]])
 def test_an_empty_path_is_refused(argv, tmp_path, capsys):
@@ -351,6 +363,16 @@ def _impls():
 
 
 @pytest.mark.parametrize("impl", ["golden", "baseline", "flash"])
+def test_numpy_scalars_are_numbers_and_booleans(impl):
+    import numpy as np
+
+    q, k, v = torch.randn(1, 1, 4, 8), torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8)
+    a = _impls()[impl](q, k, v, is_causal=np.bool_(True), scale=np.float32(0.5))
+    b = _impls()[impl](q, k, v, is_causal=True, scale=0.5)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("impl", ["golden", "baseline", "flash"])
 def test_no_queries_give_an_empty_result(impl):
     q, k, v = torch.randn(2, 2, 0, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 6)
     out = _impls()[impl](q, k, v, is_causal=True)
@@ -368,6 +390,7 @@ def test_no_queries_give_an_empty_result(impl):
     ({"scale": "a"}, "scale"),
     ({"scale": True}, "scale"),
     ({"scale": float("nan")}, "scale"),
+    ({"q": torch.randn(1, 1, 4, 8, device="meta")}, "devices"),
 ])
 def test_impossible_sizes_ranks_and_types_name_the_parameter(impl, change, param):
     args = {"q": torch.randn(1, 1, 4, 8), "k": torch.randn(1, 1, 5, 8), "v": torch.randn(1, 1, 5, 8), **change}
