@@ -825,7 +825,7 @@ def main() -> int:
     only = sys.argv[1:]
     results = []
     for section, name, fn in ATTACKS:
-        if only and not any(o in name for o in only):
+        if only and not any(o in name or o == section for o in only):  # a name's words, or a section
             continue
         with tempfile.TemporaryDirectory(prefix="attnum-attack-") as d:
             t0 = time.perf_counter()
