@@ -77,7 +77,11 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None], *
                 fh.write(data.encode(encoding) if isinstance(data, str) else data)
         return p
     parent = p.parent if str(p.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    except OSError as err:
+        err.filename = str(p)
+        raise
     tmp_path = Path(tmp)
     try:
         if callable(data):
@@ -94,11 +98,13 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None], *
         os.umask(umask)
         os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp's 0600 would make a shared report unreadable
         os.replace(tmp_path, p)
-    except BaseException:
+    except BaseException as err:
         if fd >= 0:
             os.close(fd)
         with contextlib.suppress(OSError):
             tmp_path.unlink()
+        if isinstance(err, OSError) and err.filename in (None, tmp):
+            err.filename = str(p)  # the one-line error names the file the user asked for, not the temp
         raise
     return p
 
