@@ -821,6 +821,51 @@ def _(tmp):
     return ok and "d" not in left and not (tmp / "runs").exists(), f"{seen}; left {left}"
 
 
+@attack("round3", "export -o /dev/full and -o /dev/null: written in place, the device nodes stay devices")
+def _(tmp):
+    import stat as st
+
+    out = _store_folder(tmp)
+    full = one_line_error(cli("export", out, "-o", "/dev/full", cwd=tmp), 2, "disk is full")
+    null = cli("export", out, "-o", "/dev/null", cwd=tmp)
+    devices = all(st.S_ISCHR(os.stat(d).st_mode) for d in ("/dev/full", "/dev/null"))
+    return full[0] and null.returncode == 0 and devices, f"{full[1]}; devices intact: {devices}"
+
+
+@attack("round3", "report.html and diverge's checkpoints.json planted as links to a victim: the victim is untouched")
+def _(tmp):
+    out = _store_folder(tmp)
+    (tmp / "victim.txt").write_text("keep")
+    (out / "report.html").symlink_to(tmp / "victim.txt")
+    r = cli("report", out, cwd=tmp)
+    code = ("import os, torch\nfor n in 'ab':\n    os.makedirs(n, exist_ok=True); torch.save({'w': torch.ones(2)}, f'{n}/m.pt')\n")
+    subprocess.run([sys.executable, "-c", code], cwd=tmp, check=True, env=env())
+    (tmp / "d").mkdir()
+    (tmp / "d" / "checkpoints.json").symlink_to(tmp / "victim.txt")
+    d = cli("diverge", "--checkpoints", "a", "b", "--out", "d", cwd=tmp)
+    ok = r.returncode == 0 and d.returncode == 0 and (tmp / "victim.txt").read_text() == "keep"
+    return ok, f"report {r.returncode}, diverge {d.returncode}, victim {(tmp / 'victim.txt').read_text()!r}"
+
+
+@attack("round3", "spec-audit: a sampler that SIGSTOPs or SIGKILLs itself fails its case (timed out / crashed)")
+def _(tmp):
+    seen = []
+    for call, want in (("os.kill(os.getpid(), 19)", "timed out"), ("os.kill(os.getpid(), 9)", "SIGKILL")):
+        code, doc = _spec_audit(tmp, _sampler(tmp, "", call))
+        seen.append(code == 1 and doc is not None and want in json.dumps(doc["cases"]))
+    return all(seen), f"{seen}"
+
+
+@attack("round3", "a lock that is a folder or a FIFO: one line, nothing written")
+def _(tmp):
+    (tmp / "a" / "attnum.lock").mkdir(parents=True)
+    (tmp / "b").mkdir()
+    os.mkfifo(tmp / "b" / "attnum.lock")
+    a = one_line_error(cli("sweep", _spec(tmp), "--out", tmp / "a", cwd=tmp), 2, "attnum.lock")
+    b = one_line_error(cli("sweep", _spec(tmp), "--out", tmp / "b", cwd=tmp, timeout=60), 2, "attnum.lock")
+    return a[0] and b[0] and not (tmp / "a" / "attnum.sqlite").exists(), f"{a[1]} | {b[1]}"
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []
