@@ -70,11 +70,15 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None], *
     except OSError:
         special = False  # absent (or a dangling link): a new file
     if special:
-        if callable(data):
-            data(p)
-        else:
-            with open(p, "wb") as fh:
-                fh.write(data.encode(encoding) if isinstance(data, str) else data)
+        try:
+            if callable(data):
+                data(p)
+            else:
+                with open(p, "wb") as fh:
+                    fh.write(data.encode(encoding) if isinstance(data, str) else data)
+        except OSError as err:
+            err.filename = err.filename or str(p)
+            raise
         return p
     parent = p.parent if str(p.parent) else Path(".")
     try:
