@@ -101,13 +101,15 @@ def test_site_bias_reports_every_rounding_site():
     assert set(fa2["runs"]["none"]) == {"full", "floor", "probs", "out"}  # the only bf16 sites of fa2:bf16
 
 
-def test_config_and_cli_errors(capsys):
+def test_config_and_cli_errors(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out is relative: never leave runs/diverge in the checkout
     with pytest.raises(AttnumInputError, match="runs="):
         bias.BiasConfig(runs=("uniform-bf16",))  # the fp32 reference is required
     with pytest.raises(AttnumInputError, match="data="):
         bias.BiasConfig(data="images")
     assert main(["diverge", "--workload", "digits", "--profile", "bias"]) == 2
     assert "workload='digits' is not allowed" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # a rejected command leaves no folder and no attnum.lock
 
 
 def test_cli_runs_the_tiny_profile(tmp_path, capsys):

@@ -140,7 +140,7 @@ def to_html(report: AuditReport) -> str:
             f"<td>{margin(c.verdict.ratio if c.verdict.status not in NO_MARGIN else math.nan)}</td>"
             f"<td>{esc(c.verdict.note)}</td></tr>" for c in r.cases)
         cls = "near" if r.near_bound else r.status.split()[0]
-        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{r.dtype}</td><td></td>"
+        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{esc(r.dtype)}</td><td></td>"
                     f"<td>{esc(verdict_text(r))}</td><td>{_num(r.target_error)}</td><td>{_num(r.baseline_error)}</td>"
                     f"<td>{_num(r.bound)}</td><td>{margin(r.ratio)}</td><td>{esc(r.note)}</td></tr>{cases}")
     body = ("<p>" + esc(report.reason) + "</p>") if not report.available else (

@@ -86,8 +86,10 @@ def register(app: typer.Typer) -> None:
         else:
             print_table(report)
         if html_file is not None:
+            from attnum.outfile import write_atomic
+
             try:
-                html_file.write_text(to_html(report), encoding="utf-8")
+                write_atomic(html_file, to_html(report))  # a temp file renamed into place
             except OSError as err:
                 from attnum.errors import AttnumEnvironmentError
 
@@ -102,7 +104,11 @@ def check_writable(path: Path, flag: str) -> None:
     """Refuse, before any work, an output path that cannot become a file: a folder, a missing or
     non-folder parent."""
     from attnum.errors import AttnumInputError
+    from attnum.outfile import is_own_file
 
+    if is_own_file(path):
+        raise AttnumInputError(f"{flag} {str(path)!r} is attnum's own bookkeeping file (a results store, its "
+                               "WAL or a folder lock), never an output: name another file")
     if path.is_dir():
         raise AttnumInputError(f"{flag} {str(path)!r} is a folder; name a file (e.g. {str(path / 'audit.html')!r})")
     parent = path.parent if str(path.parent) else Path(".")

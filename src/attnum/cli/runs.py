@@ -28,4 +28,9 @@ def register(app: typer.Typer) -> None:
             f"{counts['failed']} failed, {counts['missing']} missing")
 
 def _ts(t: float | None) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+    if not t:
+        return "-"
+    try:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"? ({t!r})"  # a time out of range: shown, not a crash

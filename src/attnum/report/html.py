@@ -13,7 +13,9 @@ import datetime as _dt
 import json
 from pathlib import Path
 
+from attnum.errors import bad_value
 from attnum.experiments.results import Row
+from attnum.outfile import check_output, write_atomic
 from attnum.report.blocks import esc as _e
 from attnum.report.blocks import figure as _figure
 from attnum.report.blocks import table as _table
@@ -50,6 +52,10 @@ def write_report(out_dir: str | Path) -> Path:
         rows = store.rows(status=None)
         meta, envs, runs, counts = store.meta(), store.environments(), store.runs(), store.counts()
         spec = store.spec()
+    check_output(out_dir / "report.html", "report.html")  # a folder of that name: one line, before drawing
+    if (out_dir / "figures").exists() and not (out_dir / "figures").is_dir():
+        raise bad_value("figures", str(out_dir / "figures"), "a folder (the report writes NAME.png and NAME.svg "
+                        "into it); move that file aside")
     with Activity("report", spinner=True) as act:  # a line per figure on a terminal, every interval off it
         drawn_so_far = [0]
 
@@ -93,9 +99,7 @@ def write_report(out_dir: str | Path) -> Path:
     ]
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnum report</title>"
             f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_CHECK_SCRIPT}</script></body></html>")
-    path = out_dir / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_atomic(out_dir / "report.html", page)  # a temp file renamed into place: never half written
 
 
 def _failed_table(rows: list[Row]) -> str:

@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 
+from attnum.outfile import write_atomic
+
 VARIANT_STYLE = {"fa2": "-", "fa1": "--"}
 VARIANT_MARKER = {"fa2": "o", "fa1": "^"}
 VARIANT_NOTE = {"fa2": "normalise once", "fa1": "normalise every tile"}
@@ -112,7 +114,8 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     paths = []
     for ext in ("png", "svg"):
         path = out_dir / f"{name}.{ext}"
-        fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=110, bbox_inches="tight",
+                                                             metadata={"Date": None} if ext == "svg" else None))
         paths.append(path)
     plt.close(fig)
     return paths

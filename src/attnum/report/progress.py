@@ -39,6 +39,13 @@ def _clock(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+
+def escape(text: str) -> str:
+    """``text`` for rich, as data: a name like ``t[/]iny`` is shown, never read as markup."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
 class Activity:
     """A long step: a spinner on a terminal (``spinner=True``), plain heartbeat lines otherwise.
 
@@ -70,7 +77,7 @@ class Activity:
         if label is not None:
             self.label = label
         if self._status is not None:
-            self._status.update(self._text())
+            self._status.update(escape(self._text()))
 
     def printed(self) -> None:
         """Someone else just printed a progress line: the next heartbeat waits a whole interval."""
@@ -100,7 +107,7 @@ class Activity:
             if self.spinner:
                 from rich.console import Console
 
-                self._status = Console(file=self.stream).status(self._text())
+                self._status = Console(file=self.stream).status(escape(self._text()))
                 self._status.__enter__()
                 self.mode = "spinner"
             return self
@@ -160,7 +167,7 @@ class SweepProgress:
         )
 
         self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),  # the spec's name is data
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("failed {task.fields[failed]}"),
@@ -170,7 +177,7 @@ class SweepProgress:
             transient=False,
         )
         self._bar.__enter__()
-        self._bar.console.print(head)
+        self._bar.console.print(head, markup=False, highlight=False)
         self._task = self._bar.add_task(self.title, total=self.total, failed=0, eta="-")
         return self
 
@@ -194,7 +201,8 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.update(self._task, advance=1, failed=self.failed, eta=_clock(eta))
             if failed:
-                self._bar.console.print(f"[red]failed[/red] {label}: {result.get('error')}")
+                what = escape(f"{label}: {result.get('error')}")  # a user's error text is data
+                self._bar.console.print(f"[red]failed[/red] {what}")
             return
         if self._beat is not None:
             self._beat.update(done=self.done, label=f"{self.failed} failed, eta {eta:.0f}s")

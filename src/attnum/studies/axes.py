@@ -51,7 +51,7 @@ def parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
 
 COMMON: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
-               "overrides", parses(lambda v: parse_policy(v, "fp32"))),
+               "overrides (each site at most once)", parses(lambda v: parse_policy(v, "fp32"))),
     "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", parses(get_format)),
     "seq_len": ("a positive integer (N)", positive_int),
     "head_dim": ("a positive integer (d)", positive_int),

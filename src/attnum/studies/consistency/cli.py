@@ -21,10 +21,11 @@ def _save(out: str | None, name: str, data) -> None:
         from pathlib import Path
 
         from attnum.jsonout import dumps
+        from attnum.outfile import write_atomic
 
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(dumps(data, indent=2))
+        write_atomic(path / name, dumps(data, indent=2))
 
 
 def register(app: typer.Typer) -> None:

@@ -55,6 +55,9 @@ class Point(CompareConfig):
             if value is not None and value.split(",")[0] not in POLICY_NAMES:
                 raise bad_value(name, value, f"NAME[,site=FORMAT...] with NAME in {POLICY_NAMES} "
                                 "(in a sweep the format axis gives the format)")
+            if value is not None and "," in value:  # overrides in any order name one policy: one key, one hash
+                head, *over = (part.strip() for part in value.split(","))
+                object.__setattr__(self, name, ",".join([head, *sorted(over)]))
         if self.kind == "kernels":
             if self.format not in TORCH_DTYPE_NAMES:
                 raise bad_value("format", self.format, f"a format torch has a dtype for ({sorted(TORCH_DTYPE_NAMES)}) "

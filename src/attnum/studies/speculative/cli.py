@@ -73,15 +73,24 @@ def register(app: typer.Typer) -> None:
         power: float = typer.Option(0.99, help="Power at detect_tv."),
         batch: int = typer.Option(1 << 16, help="Steps per sampler call."),
         seed: int = typer.Option(0, help="Seed of the drafts and the generator passed to the sampler."),
+        timeout: float = typer.Option(300.0, "--timeout", help="Seconds the sampler may stay silent in one call "
+                                                               "before its case fails as 'timed out'."),
+        no_isolate: bool = typer.Option(False, "--no-isolate", help="Run the sampler in this process (debugging: "
+                                                                    "a crash or exit then ends the audit)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """Run a speculative sampler on crafted (p, q) pairs; chi-square against the exact law. Exit 1 on failure."""
+        """Run a speculative sampler on crafted (p, q) pairs; chi-square against the exact law. Exit 1 on failure.
+
+        The sampler runs in a child process: a crash, an exit (0 included) or a hang fails its case."""
+        from attnum.errors import bad_value
         from attnum.spec_audit import SpecAuditConfig, run_spec_audit
 
         cfg = SpecAuditConfig(target=target, cases=cases, samples=samples, detect_tv=detect_tv, alpha=alpha,
                               power=power, batch=batch, seed=seed)
+        if not timeout > 0:
+            raise bad_value("--timeout", timeout, "a positive number of seconds")
         with Activity("spec-audit"):
-            result = run_spec_audit(cfg)
+            result = run_spec_audit(cfg, isolate=not no_isolate, timeout=timeout)
         if as_json:
             print(dumps(result, indent=2))
         else:

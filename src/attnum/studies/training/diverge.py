@@ -28,6 +28,7 @@ from pathlib import Path
 from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
+from attnum.outfile import write_atomic
 from attnum.studies.training.checkpoints import checkpoint_name, load_state
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import COMPARISONS, headline, summarise
@@ -173,6 +174,6 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
         "wall_s": time.perf_counter() - t0,
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(dumps(summary, indent=1))
+    write_atomic((out / "results.json"), dumps(summary, indent=1))
     write_report(summary, out)
     return summary
