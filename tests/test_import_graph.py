@@ -14,8 +14,8 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-# The one circle another change owns (issue 19 breaks audit/isolate <-> audit/runner); nothing else.
-ALLOWED = {frozenset({"attnum.audit.isolate", "attnum.audit.runner"})}
+# Circles allowed: none.
+ALLOWED: set[frozenset[str]] = set()
 # Family -> family edges allowed, each with its reason: none (the bundled models the training,
 # consistency and lowbit families share live in attnum.workloads, outside every family).
 ALLOWED_FAMILY_EDGES: set[tuple[str, str]] = set()
