@@ -109,7 +109,7 @@ def test_exact_formats_give_the_golden_value():
     o = sage_reference(q, k, v, lowbit=lb, policy="fa2:fp32", scale=scale)
     gold = golden_attention(q, k, v, scale=scale * 1.44269504 / float(np.log2(np.e)))
     assert float((o - gold).abs().max()) <= 2**-11 * float(v.abs().max())
-    off = golden_attention(q, k, v, scale=1.02 * scale * 1.44269504 / float(np.log2(np.e)))
+    off = golden_attention(q, k, v, scale=1.5 * scale * 1.44269504 / float(np.log2(np.e)))
     assert float((o - off).abs().max()) > 2**-11 * float(v.abs().max())  # the check can fail
 
 
