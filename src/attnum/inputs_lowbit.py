@@ -99,9 +99,6 @@ def _captured(batch: int, seed: int):
 
 
 def _train_and_capture(batch: int, seed: int):
-    from attnum.training.models import ModelConfig, set_attention
-    from attnum.training.workloads import Workload, WorkloadConfig
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same bits on every machine, and faster on a loaded one
     try:
