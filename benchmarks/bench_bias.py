@@ -3,7 +3,7 @@
 Target (issue 12): together they add <= 10% to ``run_compare``. In one process, interleaved, the
 median of ``--reps`` repetitions of:
 
-- ``point``: :func:`attnum.experiments.compare.run_compare` as it is (its ``deviation`` already
+- ``point``: :func:`attnum.studies.paper.compare.run_compare` as it is (its ``deviation`` already
   computes the signed metrics mean_signed, mean_magnitude and bias for its three pairs);
 - ``signed``: the work those signed metrics add to ``deviation`` (which forms e = x - ref for its
   unsigned metrics anyway): mean(e) and mean(e * sign(ref)) on the same three pairs; the point
@@ -38,8 +38,8 @@ def measure(cfg, reps: int) -> dict[str, float]:
     """Median seconds of point, signed, detect and tiles (see the module docstring) at ``cfg``."""
     from attnum import baseline_attention, flash_attention, golden_attention
     from attnum.attention.ties import score_ties, score_ties_by
-    from attnum.experiments.compare import compare_inputs, run_compare
     from attnum.metrics import signed_error
+    from attnum.studies.paper.compare import compare_inputs, run_compare
 
     pol, (q, k, v) = compare_inputs(cfg)
     Bc = cfg.tiles().Bc
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
     import torch
 
-    from attnum.experiments.compare import CompareConfig
+    from attnum.studies.paper.compare import CompareConfig
 
     worst = 0.0
     for policy, dist, causal in (("uniform", "normal", False), ("fa2", "ties", True), ("uniform", "lowrank", True)):

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, available[: args.cores])
     import shutil
 
-    from attnum.training.diverge import DivergeConfig, run_diverge
+    from attnum.studies.training.diverge import DivergeConfig, run_diverge
 
     shutil.rmtree(args.out, ignore_errors=True)
     extra = {"attention": args.attention} if args.attention else {}

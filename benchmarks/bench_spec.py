@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from attnum.experiments.spec_decode import SpecConfig
 from attnum.sampling import SpecProcedure, spec_law, spec_tv
 from attnum.spec_audit import SpecAuditConfig, run_spec_audit
 from attnum.spec_audit.cases import CASES
+from attnum.studies.speculative.spec_decode import SpecConfig
 
 LAW_TARGET_S = 1.0
 AUDIT_TARGET_S = 60.0

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from attnum.executors import SweepOptions, run_sweep
 from attnum.experiments.point_runner import run_point
-from attnum.experiments.points import Point
 from attnum.experiments.spec import spec_from_dict
 from attnum.store import Store
+from attnum.studies.paper.point import Point
 
 CLI = "import sys; from attnum.cli import main; sys.exit(main(sys.argv[1:]))"
 

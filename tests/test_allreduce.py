@@ -7,8 +7,13 @@ import torch
 
 from attnum.allreduce import _even_chunks, allreduce_sum, gloo_chunks, rank_order, row_parallel_linear
 from attnum.errors import AttnumInputError
-from attnum.experiments.parallel import AllreduceConfig, gloo_allreduce_check, rank_data, run_allreduce_study
 from attnum.rounding import round_to
+from attnum.studies.parallel.allreduce_study import (
+    AllreduceConfig,
+    gloo_allreduce_check,
+    rank_data,
+    run_allreduce_study,
+)
 
 
 def _chain(parts, order, fmt):
@@ -91,8 +96,8 @@ def test_bad_input():
 
 
 def test_report_section(tmp_path):
-    from attnum.experiments.ring_study import RingConfig, run_ring
-    from attnum.report.parallel import write_ring_report
+    from attnum.studies.parallel.report import write_ring_report
+    from attnum.studies.parallel.ring_study import RingConfig, run_ring
 
     study = run_allreduce_study(AllreduceConfig(tp=(1, 2), in_features=64, out_features=8, tokens=4, dp=(2,),
                                                 grad_size=16))

@@ -8,7 +8,8 @@ import pytest
 
 from attnum.cli import main
 from attnum.errors import AttnumInputError
-from attnum.experiments.attribute import (
+from attnum.policy import parse_policy
+from attnum.studies.paper.attribute import (
     ATTRIBUTED,
     AttributeConfig,
     budget_rows,
@@ -17,8 +18,7 @@ from attnum.experiments.attribute import (
     run_attribute,
     without_policy,
 )
-from attnum.experiments.compare import CompareConfig, run_compare
-from attnum.policy import parse_policy
+from attnum.studies.paper.compare import CompareConfig, run_compare
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SMALL = dict(format="bf16", seq_len=96, heads=1, head_dim=16, block_q=16, block_k=8)

@@ -16,8 +16,8 @@ import torch
 import attnum
 from attnum.attention import baseline_attention, golden_attention, masks
 from attnum.attention.flash_backward import flash_backward
-from attnum.experiments.compare import CompareConfig
-from attnum.experiments.grad_compare import GRADS, run_grad_compare
+from attnum.studies.paper.compare import CompareConfig
+from attnum.studies.paper.grad_compare import GRADS, run_grad_compare
 
 
 def _check_bound(result: dict, impl: str = "flash", ref: str = "baseline") -> None:
@@ -155,7 +155,7 @@ def test_autocast_does_not_change_the_emulated_arithmetic(spec):
 
 
 def test_grad_compare_result_shape_for_the_cli():
-    from attnum.experiments.grad_compare import grad_rows
+    from attnum.studies.paper.grad_compare import grad_rows
 
     r = run_grad_compare(CompareConfig(policy="fa2:bf16", seq_len=64, head_dim=16, heads=2, block_k=16))
     assert set(r["ratio"]) == set(GRADS) and all(r["ratio"][g]["max_abs"] > 0 for g in GRADS)

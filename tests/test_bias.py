@@ -9,9 +9,9 @@ import torch
 from attnum.attention import flash_attention
 from attnum.cli import main
 from attnum.errors import AttnumInputError
-from attnum.training import bias
-from attnum.training.bias_headline import blowup_step, headline
-from attnum.training.bias_sites import SiteBiasConfig, run_site_bias
+from attnum.studies.training import bias
+from attnum.studies.training.bias_headline import blowup_step, headline
+from attnum.studies.training.bias_sites import SiteBiasConfig, run_site_bias
 
 
 def test_adam_update_is_the_step_torch_takes():
@@ -29,7 +29,7 @@ def test_adam_update_is_the_step_torch_takes():
 
 
 def test_split_gives_the_models_q_k_v_rows():
-    from attnum.training.models import ModelConfig, SelfAttention
+    from attnum.studies.training.models import ModelConfig, SelfAttention
 
     torch.manual_seed(0)
     m = SelfAttention(ModelConfig(d_model=8, n_heads=2))

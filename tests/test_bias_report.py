@@ -8,7 +8,7 @@ import re
 import pytest
 from test_report_chromium import BROWSER, figures_marker, render
 
-from attnum.training.bias import BiasConfig, run_bias
+from attnum.studies.training.bias import BiasConfig, run_bias
 
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless browser found; apt-get install -y chromium")
 

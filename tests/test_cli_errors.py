@@ -10,10 +10,10 @@ import tempfile
 import pytest
 import typer
 
-import attnum.cli.compare as cli_compare
+import attnum.studies.paper.cli_compare as cli_compare
 from attnum.cli import build_app, main
 from attnum.errors import AttnumInputError
-from attnum.experiments.compare import CompareConfig
+from attnum.studies.paper.compare import CompareConfig
 
 TINY = ["compare", "--seq-len", "8", "--head-dim", "4", "--heads", "1"]
 _PATH = re.compile(r"\(traceback written to (\S+)\)$")

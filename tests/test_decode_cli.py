@@ -8,7 +8,7 @@ import json
 import pytest
 
 from attnum.cli import build_app, main
-from attnum.experiments.decode import DECODE_FIELDS, DecodeConfig, run_decode
+from attnum.studies.serving.decode import DECODE_FIELDS, DecodeConfig, run_decode
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from attnum.cli import main
-from attnum.experiments.findings import compute_findings
-from attnum.experiments.inference import inference_spec, point_from_config
 from attnum.store import open_store
+from attnum.studies.registry import all_findings
+from attnum.studies.serving.inference import inference_spec, point_from_config
 
 INFERENCE_FIGURES = {"decode-splits", "decode-pages", "decode-kv-format", "decode-gqa", "decode-mla", "fp8-table"}
 
@@ -38,7 +38,7 @@ def test_findings_come_from_the_rows(reproduction):
         rows = store.rows()
         counts = store.counts()
     assert counts["done"] == counts["planned"] == len(inference_spec("inference-smoke").planned())
-    found = {f.claim_id: f for f in compute_findings(rows)}
+    found = {f.claim_id: f for f in all_findings(rows)}
     assert set(found) == {"splits", "pages", "kv-fp8", "mla", "fp8"}
     assert found["splits"].verdict == "holds" and found["mla"].verdict == "holds"
     assert found["kv-fp8"].numbers["error_ratio"] > 1 and found["kv-fp8"].numbers["speedup_h100"] > 1

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnum.cli import main
-from attnum.training.checkpoints import save_checkpoint
+from attnum.studies.training.checkpoints import save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -129,7 +129,7 @@ def test_diverge_flags_map_onto_the_config():
     import typer
 
     from attnum.cli import build_app
-    from attnum.training.diverge import DivergeConfig
+    from attnum.studies.training.diverge import DivergeConfig
 
     cmd = typer.main.get_command(build_app()).commands["diverge"]
     flags = {p.name for p in cmd.params}

@@ -107,8 +107,8 @@ def test_backward_entry_points_round_inputs_once(policy, fmt):
 
 
 def test_compare_inputs_are_round_to_of_the_samples():
-    from attnum.experiments.compare import CompareConfig, compare_inputs
     from attnum.inputs import make_qkv
+    from attnum.studies.paper.compare import CompareConfig, compare_inputs
 
     cfg = CompareConfig(policy="fa2", format="bf16", seq_len=64, head_dim=16, heads=2)
     _, got = compare_inputs(cfg)

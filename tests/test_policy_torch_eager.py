@@ -2,8 +2,8 @@
 
 import pytest
 
-from attnum.experiments.validate_eager import EagerValidateConfig, validate_eager_point
 from attnum.policy import parse_policy
+from attnum.studies.validation.validate_eager import EagerValidateConfig, validate_eager_point
 
 
 def test_torch_eager_policy_sites():

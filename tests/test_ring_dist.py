@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnum.attention.ring import ring_attention
-from attnum.experiments.ring_run import ring_attention_distributed
-from attnum.experiments.spawn import RankFailed
+from attnum.studies.parallel.ring_run import ring_attention_distributed
+from attnum.studies.parallel.spawn import RankFailed
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 

@@ -18,7 +18,7 @@ import tempfile
 import pytest
 import typer
 
-import attnum.cli.compare as cli_compare
+import attnum.studies.paper.cli_compare as cli_compare
 from attnum.cli import build_app, main
 
 TINY = ["--seq-len", "8", "--head-dim", "4", "--heads", "1"]
@@ -82,12 +82,12 @@ def test_version(capsys):
 
 
 def test_reproduce_and_attribute_help_constants_match_the_studies():
-    from attnum.cli.attribute import METRICS
     from attnum.cli.reproduce import PROFILES
-    from attnum.experiments.attribute import METRICS as REAL_METRICS
-    from attnum.experiments.paper import PROFILES as REAL_PROFILES
+    from attnum.studies.paper.attribute import METRICS as REAL_METRICS
+    from attnum.studies.paper.cli_attribute import METRICS
+    from attnum.studies.registry import profiles
 
-    assert METRICS == REAL_METRICS and PROFILES == REAL_PROFILES
+    assert METRICS == REAL_METRICS and PROFILES == tuple(profiles())
 
 
 # --- 3: conventional metavars -----------------------------------------------------------------
@@ -209,7 +209,7 @@ def test_memory_limit_from_meminfo_and_a_bad_override(monkeypatch):
 
 def test_a_sweep_point_too_large_fails_with_the_one_line(monkeypatch):
     from attnum.experiments.point_runner import run_point
-    from attnum.experiments.points import Point
+    from attnum.studies.paper.point import Point
 
     monkeypatch.setenv("ATTNUM_MEMORY_LIMIT_BYTES", TOO_BIG)
     result = run_point(Point(seq_len=1_000_000, heads=8, head_dim=64).config())
@@ -221,8 +221,8 @@ _RSS = """
 import json, sys
 import torch
 torch.set_num_threads(1)
-from attnum.experiments.compare import CompareConfig, run_compare
-from attnum.experiments.grad_compare import run_grad_compare
+from attnum.studies.paper.compare import CompareConfig, run_compare
+from attnum.studies.paper.grad_compare import run_grad_compare
 from attnum.memory_budget import backward_bytes, compare_shape, forward_bytes
 grad, kw = sys.argv[1] == "grad", json.loads(sys.argv[2])
 run = run_grad_compare if grad else run_compare
@@ -338,16 +338,16 @@ def _slow(result):
 
 
 PROGRESS_CASES = [
-    ("validate", "attnum.experiments.validate", "run_validate", [], ["validate", "--json"]),
-    ("compare --grad", "attnum.experiments.grad_compare", "run_grad_compare", {},
+    ("validate", "attnum.studies.validation.validate", "run_validate", [], ["validate", "--json"]),
+    ("compare --grad", "attnum.studies.paper.grad_compare", "run_grad_compare", {},
      ["compare", *TINY, "--grad", "--json"]),
-    ("decode", "attnum.experiments.decode", "run_decode", {}, ["decode", "--json"]),
-    ("ring", "attnum.experiments.ring_study", "run_ring", {"rows": []}, ["ring", "--json"]),
-    ("spec", "attnum.experiments.spec_decode", "run_spec", {}, ["spec", "--json"]),
-    ("fp8-table", "attnum.experiments.fp8_table", "run_fp8_table", [], ["fp8-table", "--json"]),
-    ("diverge", "attnum.training.diverge", "run_diverge", {"headline": {}, "wall_s": 0.5},
+    ("decode", "attnum.studies.serving.decode", "run_decode", {}, ["decode", "--json"]),
+    ("ring", "attnum.studies.parallel.ring_study", "run_ring", {"rows": []}, ["ring", "--json"]),
+    ("spec", "attnum.studies.speculative.spec_decode", "run_spec", {}, ["spec", "--json"]),
+    ("fp8-table", "attnum.studies.serving.fp8_table", "run_fp8_table", [], ["fp8-table", "--json"]),
+    ("diverge", "attnum.studies.training.diverge", "run_diverge", {"headline": {}, "wall_s": 0.5},
      ["diverge", "--json", "--out", "o"]),
-    ("diverge --profile bias", "attnum.training.bias", "run_bias", {"headline": {}, "wall_s": 0.5},
+    ("diverge --profile bias", "attnum.studies.training.bias", "run_bias", {"headline": {}, "wall_s": 0.5},
      ["diverge", "--profile", "bias-tiny", "--workload", "lm", "--json", "--out", "o"]),
 ]
 

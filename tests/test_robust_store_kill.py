@@ -168,7 +168,7 @@ TODO = [(16, "fa2"), (32, "fa2"), (48, "fa2")]
 
 def _interrupted_ray_sweep(monkeypatch, fake) -> None:
     from attnum import executors
-    from attnum.experiments.points import Point
+    from attnum.studies.paper.point import Point
 
     monkeypatch.setitem(sys.modules, "ray", fake)
     todo = [Point(seq_len=n, policy=p) for n, p in TODO]
@@ -247,7 +247,7 @@ def test_distributed_ranks_die_with_a_sigkilled_parent(tmp_path):
     from _sweep_helpers import cli_env
 
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from test_robust_store_kill import _sleeping_rank; "
-            "from attnum.experiments.spawn import run_ranks; run_ranks(_sleeping_rank, 2, timeout=120)")
+            "from attnum.studies.parallel.spawn import run_ranks; run_ranks(_sleeping_rank, 2, timeout=120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)], env=cli_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -9,9 +9,10 @@ import dataclasses
 import pytest
 
 from attnum.cli import main
-from attnum.experiments.ring_study import RingConfig, run_ring
-from attnum.experiments.spec_decode import SpecConfig, run_spec
-from attnum.experiments.study_points import RingPoint, SpecPoint
+from attnum.studies.parallel.point import RingPoint
+from attnum.studies.parallel.ring_study import RingConfig, run_ring
+from attnum.studies.speculative.point import SpecPoint
+from attnum.studies.speculative.spec_decode import SpecConfig, run_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

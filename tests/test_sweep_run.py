@@ -10,11 +10,11 @@ from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, run_cli
 
 from attnum.attention import golden_attention
 from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.compare import run_compare
-from attnum.experiments.kernel_point import point_inputs
-from attnum.experiments.points import Point
 from attnum.experiments.spec import load_spec, spec_from_dict
 from attnum.store import open_store
+from attnum.studies.paper.compare import run_compare
+from attnum.studies.paper.kernel_point import point_inputs
+from attnum.studies.paper.point import Point
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_resume_skips_done_points(tiny_run):
 
 
 def test_failing_point_recorded_and_sweep_continues(tmp_path, monkeypatch):
-    import attnum.experiments.compare as compare_mod
+    import attnum.studies.paper.compare as compare_mod
 
     real = compare_mod.run_compare
 

@@ -10,10 +10,10 @@ import torch
 from _sweep_helpers import cli, write_spec
 
 from attnum.attention import golden_attention
-from attnum.experiments.compare import CompareConfig, run_compare
-from attnum.experiments.kernel_point import point_inputs
-from attnum.experiments.points import Point
 from attnum.store import open_store
+from attnum.studies.paper.compare import CompareConfig, run_compare
+from attnum.studies.paper.kernel_point import point_inputs
+from attnum.studies.paper.point import Point
 
 SPEC = """
 name = "shapes"

@@ -111,9 +111,9 @@ def test_keys_and_hash_of_stores_made_before_the_new_axes_are_unchanged():
     import hashlib
     import json
 
-    from attnum.experiments.paper import paper_spec_dict
-    from attnum.experiments.points import Point
     from attnum.experiments.spec import spec_from_dict
+    from attnum.studies.paper.point import Point
+    from attnum.studies.paper.profiles import paper_spec_dict
 
     data = paper_spec_dict("smoke")
     data["group"] = [g for g in data["group"] if g["name"] not in ("grid", "grid-dist", "eager", "attribute")]
@@ -130,7 +130,7 @@ def test_keys_and_hash_of_stores_made_before_the_new_axes_are_unchanged():
 
 
 def test_equal_configs_share_a_key_and_round_trip_through_the_store_config():
-    from attnum.experiments.points import Point
+    from attnum.studies.paper.point import Point
 
     a = Point(format="bfloat16", policy="fa2", logit_scale=2, seq_len=32)
     b = Point(format="bf16", policy="fa2", logit_scale=2.0, seq_len=32)
@@ -146,7 +146,7 @@ def test_equal_configs_share_a_key_and_round_trip_through_the_store_config():
     ({"kind": "sideways"}, "kind='sideways'"),
 ])
 def test_point_rules_beyond_compare_config(kw, fragment):
-    from attnum.experiments.points import Point
+    from attnum.studies.paper.point import Point
 
     with pytest.raises(AttnumInputError, match=re.escape(fragment)):
         Point(**kw)

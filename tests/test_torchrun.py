@@ -18,7 +18,7 @@ def test_two_ranks_agree_on_weights(tmp_path):
         pytest.skip("torch.distributed is not available in this torch build")
     torchrun = shutil.which("torchrun")
     cmd = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    cmd += ["--standalone", "--nproc_per_node", "2", "-m", "attnum.training.ddp",
+    cmd += ["--standalone", "--nproc_per_node", "2", "-m", "attnum.studies.training.ddp",
             "--steps", "4", "--ckpt-every", "2", "--out", str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110, check=False)

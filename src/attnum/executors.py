@@ -18,7 +18,6 @@ from typing import Any
 
 from attnum.errors import bad_value
 from attnum.experiments.point_runner import run_point
-from attnum.experiments.points import Point
 from attnum.experiments.spec import SweepSpec
 from attnum.processes import die_with_parent
 from attnum.report.progress import SweepProgress
@@ -154,8 +153,8 @@ def _check_devices(planned: dict, options: SweepOptions) -> None:
                         "run on a GPU machine or with --executor ray on a cluster with GPUs)")
 
 
-def _execute(todo: list[Point], kernels: tuple[str, ...], options: SweepOptions,
-             stop: _Interrupts) -> Iterator[tuple[Point, dict]]:
+def _execute(todo: list[Any], kernels: tuple[str, ...], options: SweepOptions,
+             stop: _Interrupts) -> Iterator[tuple[Any, dict]]:
     if not todo:
         return iter(())
     if options.executor == "ray":
@@ -171,7 +170,7 @@ def _execute(todo: list[Point], kernels: tuple[str, ...], options: SweepOptions,
 POINT_THREADS = 1
 
 
-def _in_process(todo: list[Point], kernels: tuple[str, ...]) -> Iterator[tuple[Point, dict]]:
+def _in_process(todo: list[Any], kernels: tuple[str, ...]) -> Iterator[tuple[Any, dict]]:
     import torch
 
     before = torch.get_num_threads()
@@ -201,7 +200,7 @@ def _init_worker(threads: int, path_entries: list[str], driver_pid: int) -> None
     torch.set_num_threads(threads)
 
 
-def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Point, dict]]:
+def _pool(todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Any, dict]]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -212,7 +211,7 @@ def _pool(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interru
                                    initargs=(POINT_THREADS, [_package_root()], os.getpid()))
 
     pool = new_pool()
-    pending: dict[Any, Point] = {}
+    pending: dict[Any, Any] = {}
     queue = list(reversed(todo))
     window = 4 * jobs  # bounded in flight: Ctrl-C loses at most these, and memory stays flat
     try:
@@ -254,14 +253,14 @@ def _stop_workers(pool) -> None:
             pass
 
 
-def _lost(p: Point, message: str) -> dict[str, Any]:
+def _lost(p: Any, message: str) -> dict[str, Any]:
     return {"key": p.key, "status": "failed", "metrics": None, "error": message}
 
 
 # ---- Ray -------------------------------------------------------------------------------------
 
 
-def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Point, dict]]:
+def _ray(todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Any, dict]]:
     """Points as Ray tasks on RAY_ADDRESS's cluster, else on a local instance started here."""
     try:
         import ray
@@ -279,7 +278,7 @@ def _ray(todo: list[Point], kernels: tuple[str, ...], jobs: int, stop: _Interrup
     # whole sweep's, and the cluster still gets enough to keep every CPU busy.
     window = 4 * max(jobs, int(ray.cluster_resources().get("CPU", 1)))
     remote = ray.remote(run_point)
-    pending: dict[Any, Point] = {}
+    pending: dict[Any, Any] = {}
     queue = list(reversed(todo))
     try:
         while queue or pending:

@@ -113,7 +113,7 @@ def require(need: int, what: str, lower: str) -> None:
 
 
 def compare_shape(cfg) -> Shape:
-    """The Shape of a :class:`attnum.experiments.compare.CompareConfig` (duck-typed: no import)."""
+    """The Shape of a :class:`attnum.studies.paper.compare.CompareConfig` (duck-typed: no import)."""
     S = cfg.kv_len if cfg.kv_len is not None else cfg.seq_len
     G = cfg.kv_heads if cfg.kv_heads is not None else cfg.heads
     return Shape(B=cfg.batch, H=cfg.heads, G=G, N=cfg.seq_len, S=S, d=cfg.head_dim, Bc=cfg.tiles().Bc)
@@ -147,7 +147,7 @@ EAGER_SCORE_COPIES = 4  # op-by-op attention: scores, softmax, their dtype copie
 
 
 def require_decode(cfg) -> None:
-    """Refuse a decode configuration (:class:`attnum.experiments.decode.DecodeConfig`) too large for here."""
+    """Refuse a decode configuration (:class:`attnum.studies.serving.decode.DecodeConfig`) too large for here."""
     G = cfg.kv_heads if cfg.kv_heads is not None else cfg.heads
     S = cfg.cache_len
     if cfg.page_size is not None:  # the page pool rounds every sequence up to whole pages

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from attnum.attention import masks, steps
-from attnum.attention.flash import flash_forward
+from attnum.attention.flash_forward import flash_forward
 from attnum.attention.masks import Masking, Tile
 from attnum.attention.merge import NEG_INF, State, convert_lse, merge_states, parse_lse_base
 from attnum.attention.tiles import DEFAULT_BLOCK, Tiles

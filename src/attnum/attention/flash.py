@@ -1,21 +1,11 @@
-"""FlashAttention's tiled forward pass with online softmax, every rounding site named.
+"""FlashAttention's tiled attention, every rounding site named: the public entry :func:`flash_attention`.
 
-Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv value dim,
-Bc keys per tile. Query blocks are independent, so all of them are processed at once: the only
-Python loop is over the Tc key/value tiles (Algorithm 1's outer loop).
+The forward kernel (Algorithms 1 of FlashAttention and FlashAttention-2, the variants, Qiu & Yao's
+max shift) is :mod:`attnum.attention.flash_forward`; the recomputing backward and its autograd
+Function are :mod:`attnum.attention.flash_backward`. This module loads the inputs once and runs the
+forward alone, or both when a gradient is wanted (it imports both; neither imports it).
 
-Variants:
-- ``fa2`` (FlashAttention-2, Dao 2023, Algorithm 1): keep the unnormalized accumulator O and the
-  running (m, l); rescale by alpha = exp(m_old - m_new) at every tile; divide by l once at the end.
-- ``fa1`` (FlashAttention, Dao et al. 2022, Algorithm 1 lines 9-12): per tile, block statistics
-  (m~, l~), two rescale factors, and O normalized by l_new and rounded to the output format after
-  every tile (it is written back to HBM).
-
-``policy.max_shift == "qiu-yao"`` (Qiu & Yao, arXiv 2510.04212) replaces a tile's row maximum m~ by
-2 m~ (m~ > 0) or 0 (m~ < 0) when more than one of the tile's scores lies within 1e-3 of it
-(:func:`steps.block_max`). The shifted value is what the running m_i carries (as the paper's code
-does), so m_i stays >= every score seen: no exp exceeds 1, alpha <= 1, and lse = m_i + log(l_i) is
-the same log-sum-exp (the backward's recomputed P = exp(S - lse) is unchanged).
+Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv value dim.
 """
 
 from __future__ import annotations
@@ -24,111 +14,12 @@ import math
 
 import torch
 
-from attnum.attention import fa4_steps, masks, steps
-from attnum.attention.tiles import Tiles, resolve_tiles
+from attnum.attention import masks, steps
+from attnum.attention.flash_backward import FlashAttentionFunction, FlashOptions
+from attnum.attention.flash_forward import NEG_INF, VARIANTS, flash_forward, kv_tile_order  # noqa: F401 - also flash's names
+from attnum.attention.tiles import resolve_tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy, parse_policy
-from attnum.workspace import Workspace
-
-VARIANTS = ("fa1", "fa2")
-NEG_INF = float("-inf")
-
-
-def kv_tile_order(Tc: int, kv_order: str) -> list[int]:
-    """``forward``, ``reverse``, or ``random[:SEED]`` (a seeded permutation of the tiles)."""
-    if kv_order == "forward":
-        return list(range(Tc))
-    if kv_order == "reverse":
-        return list(range(Tc - 1, -1, -1))
-    if kv_order == "random" or kv_order.startswith("random:"):
-        _, _, seed = kv_order.partition(":")
-        try:
-            g = torch.Generator().manual_seed(int(seed or 0))
-        except ValueError:
-            raise AttnumInputError(f"kv_order={kv_order!r} is not allowed; expected random:<integer seed>") from None
-        return torch.randperm(Tc, generator=g).tolist()
-    raise AttnumInputError(f"kv_order={kv_order!r} is not allowed; expected 'forward', 'reverse' or 'random[:SEED]'")
-
-
-def flash_forward(
-    q_BHNd: torch.Tensor,
-    k_BHSd: torch.Tensor,
-    v_BHSd: torch.Tensor,
-    mk: masks.Masking,
-    *,
-    scale: float,
-    policy: Policy,
-    tiles: Tiles,
-    variant: str = "fa2",
-    kv_order: str = "forward",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward pass on carrier tensors already rounded at ``inputs`` and expanded for GQA.
-
-    ``mk`` is the call's masking, cut here into one (N, Bc) tile per step: no N x S mask exists.
-    Returns (O (B, H, N, dv) on the ``out`` grid, lse (B, H, N) float64 holding values of the ``lse``
-    format, formed as kernels do: m + log(l) in the carrier, then rounded; -inf for empty rows).
-    """
-    B, H, N, _ = q_BHNd.shape
-    S, dv = v_BHSd.shape[-2], v_BHSd.shape[-1]
-    c = q_BHNd.dtype
-    q_BHNd, scale = steps.prescale(q_BHNd, scale, policy)
-    m = torch.full((B, H, N, 1), NEG_INF, dtype=c, device=q_BHNd.device)  # running max m_i
-    l = torch.zeros((B, H, N, 1), dtype=c, device=q_BHNd.device)  # running sum l_i
-    o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)
-    ws = Workspace()
-    for j in kv_tile_order(tiles.Tc(S), kv_order):
-        j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
-        buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
-        tile = mk.tile(0, N, j0, j1, c, q_BHNd.device)
-        s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, tile, policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
-        if variant == "fa2":
-            m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
-        else:
-            m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
-    if variant == "fa2":
-        o = _normalize(o, l, policy)
-    lse = policy.round("lse", m + torch.log(l)).double().squeeze(-1)
-    return policy.round("out", o), lse
-
-
-def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: Workspace):
-    m_new = torch.maximum(m, steps.block_max(s, policy))  # line 9 (a Qiu-Yao shift carries on)
-    if policy.rescale_threshold is not None:  # FA4: keep the old maximum unless it grew past the threshold
-        m_new = fa4_steps.lazy_max(m, m_new, policy.rescale_threshold)
-    m_safe = steps.safe_max(m_new)
-    if policy.exp2 != "native":
-        p = policy.round("exp", fa4_steps.exp_poly(s, m_safe, policy.exp2).to(s.dtype))  # P~_ij by FA4's exp2
-    else:
-        p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, m_safe), ws)  # P~_ij
-    alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
-    l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
-    pv = steps.pv(p, v_j, policy, ws, p_grid=policy.exp)
-    acc = policy.round("acc", policy.round("acc", acc.mul_(alpha)).add_(pv))  # acc is this loop's own
-    return m_new, l, acc
-
-
-def _fa1_step(s, v_j, m, l, o, policy: Policy, ws: Workspace):
-    m_blk = steps.block_max(s, policy)  # m~_ij (or its Qiu-Yao shift)
-    p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, steps.safe_max(m_blk)), ws)  # P~_ij
-    l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))  # l~_ij
-    m_new = torch.maximum(m, m_blk)
-    m_safe = steps.safe_max(m_new)
-    alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_i - m_i^new}
-    beta = policy.round("rescale", torch.exp(m_blk - m_safe))  # e^{m~_ij - m_i^new}
-    l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
-    num = policy.round("acc", (l * alpha) * o) + policy.round("acc", beta * steps.pv(p, v_j, policy, ws, p_grid=policy.exp))
-    o = steps.zero_empty_rows_(num / l_new, l_new)
-    return m_new, l_new, policy.round("out", o)  # O_i written back to HBM in the output format
-
-
-def _normalize(acc, l, policy: Policy):
-    """O = acc / l (``divide``) or acc * (1 / l) (``reciprocal``, as FA2 and torch's CPU kernel)."""
-    if policy.normalize == "reciprocal":
-        inv = policy.round("row_sum", 1.0 / l)
-        o = acc * inv
-    else:
-        o = acc / l
-    return steps.zero_empty_rows_(o, l)
 
 
 @steps.no_autocast
@@ -172,9 +63,7 @@ def flash_attention(
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        # Trainable path: same forward, plus the recomputing backward (imported here: it imports us).
-        from attnum.attention.flash_backward import FlashAttentionFunction, FlashOptions
-
+        # Trainable path: same forward, plus the recomputing backward.
         opts = FlashOptions(scale=scale, policy=policy, tiles=tiles, variant=variant, kv_order=kv_order)
         out, lse = FlashAttentionFunction.apply(q, k, v, mk, opts)
         return (out, lse) if return_lse else out

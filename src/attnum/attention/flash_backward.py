@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from attnum.attention import masks, steps
-from attnum.attention.flash import VARIANTS, flash_forward, kv_tile_order
+from attnum.attention.flash_forward import VARIANTS, flash_forward, kv_tile_order
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy, parse_policy

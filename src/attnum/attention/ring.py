@@ -25,7 +25,7 @@ the precision loss ring-flash-attn's README warns about). The final output is ro
 attention policy's ``out`` format.
 
 :func:`ring_attention` is the simulation in one process, the plain reference; the same
-:class:`RingRank` runs one per process over torch.distributed in :mod:`attnum.experiments.ring_run`,
+:class:`RingRank` runs one per process over torch.distributed in :mod:`attnum.studies.parallel.ring_run`,
 bit for bit the same.
 """
 

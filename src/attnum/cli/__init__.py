@@ -31,17 +31,8 @@ from typer.exceptions import Abort
 from attnum.cli.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
-_COMMAND_MODULES = (
-    "compare",
-    "attribute",
-    "validate",
-    "sweep", "reproduce", "runs", "export", "report",
-    "diverge",
-    "decode",
-    "audit", "scan",
-    "spec", "ring",
-    "fp8_table",
-)
+# The shell's own commands; each study family adds its own (attnum.studies.registry.register_cli).
+_COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "scan")
 
 
 # A write the disk refused: what the user can act on, not a bug.
@@ -87,6 +78,9 @@ def build_app() -> typer.Typer:
                                             help="Print attnum's version (and torch's) and exit.")) -> None:
         """Numerical trustworthiness of attention kernels."""
 
+    from attnum.studies.registry import register_cli
+
+    register_cli(app)
     for name in _COMMAND_MODULES:
         importlib.import_module(f"attnum.cli.{name}").register(app)
     return app

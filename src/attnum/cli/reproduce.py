@@ -9,7 +9,8 @@ from pathlib import Path
 
 import typer
 
-# attnum.experiments.paper.PROFILES, spelled here so that --help does not import the studies (a test pins it)
+# Every family's profiles (attnum.studies.registry.profiles()), spelled here so that --help does not import
+# the studies (a test pins it)
 PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")
 
 
@@ -24,14 +25,17 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="Plain log lines instead of a progress bar."),
     ) -> None:
         """Run the paper's sweeps (resumable), draw every figure and write report.html with findings."""
+        from attnum.errors import bad_value
         from attnum.executors import SweepOptions, run_sweep
-        from attnum.experiments.findings import compute_findings
-        from attnum.experiments.paper import paper_spec
         from attnum.outdir import check_out_folder
         from attnum.report.html import write_report
         from attnum.store import open_store
+        from attnum.studies.registry import all_findings, profiles
 
-        spec = paper_spec(profile, device)
+        make_spec = profiles().get(profile)
+        if make_spec is None:
+            raise bad_value("--profile", profile, f"one of {tuple(profiles())}")
+        spec = make_spec(profile, device)
         out_dir = check_out_folder(out or Path("runs") / profile)
         t0 = time.perf_counter()
         options = SweepOptions(out=out_dir, jobs=jobs or os.cpu_count() or 1, executor=executor, quiet=quiet,
@@ -41,7 +45,7 @@ def register(app: typer.Typer) -> None:
         report = write_report(out_dir)
         t2 = time.perf_counter()
         with open_store(out_dir) as store:
-            findings = compute_findings(store.rows())
+            findings = all_findings(store.rows())
         for f in findings:
             print(f"[{f.figure}] {f.claim} | {f.policy}/{f.variant}: {f.verdict.upper()} -- {f.measured}")
         print(f"{summary.planned} points ({summary.skipped} reused, {summary.failed} failed); sweep {t1 - t0:.1f}s, "

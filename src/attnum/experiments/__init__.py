@@ -1,1 +1,2 @@
-"""Studies built on the numerics core: one point (compare), validation, sweeps, the paper's specs."""
+"""The sweep machinery: specs into points (``spec``), one point in a worker (``point_runner``), and the row
+API the findings and figures read (``results``). It asks :mod:`attnum.studies.registry` about kinds."""

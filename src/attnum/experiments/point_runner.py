@@ -17,19 +17,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.points import Point
+from attnum.studies.registry import get_kind
 
 
 def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run the point described by ``config`` (a :meth:`Point.config` dict); never raises for it.
+    """Run the point described by ``config`` (a point's ``config()`` dict); never raises for it.
 
-    ``kernels`` names the real kernels a ``kernels`` point runs (the spec's list).
+    The point's kind (``config["kind"]``) says which study runs it (:mod:`attnum.studies.registry`);
+    ``kernels`` names the real kernels a point that runs them uses (the spec's list).
     """
     started = time.time()
     t0 = time.perf_counter()
-    point = Point.from_config(config)
+    kind = get_kind(config.get("kind"))
+    point = kind.point(config)
     try:
-        metrics = _RUNNERS[point.kind](point, kernels)
+        metrics = _plain(kind.run(point, kernels))
         status, error = "done", None
     except Exception as err:  # noqa: BLE001 - a failing point is data, not a crash
         metrics = None
@@ -48,61 +50,6 @@ def run_point(config: dict[str, Any], kernels: tuple[str, ...] = ()) -> dict[str
         "env": environment(point.device),
         "worker": f"{socket.gethostname()}:{os.getpid()}",
     }
-
-
-def _compare(point: Point) -> dict[str, Any]:
-    from attnum.experiments.compare import run_compare
-
-    result = run_compare(point.compare_config())
-    metrics = {
-        **result["metrics"],
-        "ratio": result["ratio"],
-        "tiles": result["tiles"],
-        "policy_sites": result["policy"],
-        "baseline_policy_sites": result["baseline_policy"],
-        "timing_s": result["timing_s"],
-        "format_bits": _format_bits(point.format),
-    }
-    return _plain(metrics)
-
-
-def _attribute(point: Point) -> dict[str, Any]:
-    from attnum.experiments.attribute import run_attribute
-
-    result = run_attribute(point.compare_config())
-    keep = ("full", "floor", "sites", "dominant", "tiles", "carrier", "metric", "policy", "baseline_policy")
-    return _plain({**{k: result[k] for k in keep}, "timing_s": {"total": result["timing_s"]},
-                   "format_bits": _format_bits(point.format)})
-
-
-def _format_bits(fmt: str) -> dict[str, int]:
-    """Stored so the report can order formats by mantissa bits without importing the numerics."""
-    from attnum.formats import get_format
-
-    f = get_format(fmt)
-    return {"ebits": f.ebits, "mbits": f.mbits}
-
-
-def _kernels(point: Point, kernels: tuple[str, ...]) -> dict[str, Any]:
-    """Each requested real kernel's deviation from the float64 golden at this point's inputs."""
-    from attnum.experiments.kernel_point import kernel_deviations
-    from attnum.formats import torch_dtype
-
-    dtype = torch_dtype(point.format)  # a kernels Point only holds formats that have one
-    return _plain({**kernel_deviations(point, dtype=dtype, kernels=kernels), "format_bits": _format_bits(point.format)})
-
-
-_RUNNERS = {
-    "compare": lambda point, kernels: _compare(point),
-    "attribute": lambda point, kernels: _attribute(point),
-    "kernels": lambda point, kernels: _kernels(point, kernels),
-    # decode and fp8-table points (attnum.experiments.inference) run themselves
-    "decode": lambda point, kernels: _plain(point.run()),
-    "fp8-table": lambda point, kernels: _plain(point.run()),
-    # ring and spec points (attnum.experiments.study_points) too
-    "ring": lambda point, kernels: _plain(point.run()),
-    "spec": lambda point, kernels: _plain(point.run()),
-}
 
 
 def _plain(obj: Any) -> Any:
@@ -173,4 +120,4 @@ def _git_commit() -> str | None:
 
 
 if __name__ == "__main__":  # pragma: no cover - manual smoke: python -m attnum.experiments.point_runner
-    print(run_point(Point(seq_len=128, policy="fa2").config()), file=sys.stdout)
+    print(run_point({"kind": "compare", "seq_len": 128, "policy": "fa2"}), file=sys.stdout)

@@ -13,8 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from attnum.nanmath import nan_max, nan_min
+from attnum.studies.registry import DEFAULT_KIND
 
 Row = dict[str, Any]
+# How figures and tables name a config field (the paper's letters); a field not here is its own label.
+LABELS = {"seq_len": "N", "kv_len": "S", "head_dim": "d", "dist": "dist", "baseline_policy": "baseline",
+          "format": "format", "policy": "policy", "variant": "variant", "Bc": "Bc", "Br": "Br", "group": "group"}
 
 
 def metric(row: Row, path: str) -> float | None:
@@ -27,7 +31,7 @@ def metric(row: Row, path: str) -> float | None:
     return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
 
 
-def select(rows: Iterable[Row], *, group: str | None = None, kind: str = "compare", **config: Any) -> list[Row]:
+def select(rows: Iterable[Row], *, group: str | None = None, kind: str = DEFAULT_KIND, **config: Any) -> list[Row]:
     """Rows of ``kind`` in ``group`` whose config matches every given field (a value or a tuple of values)."""
     out = []
     for row in rows:

@@ -13,13 +13,10 @@ emulation, optional ``[defaults]`` and either top-level ``[axes]`` / ``[[points]
     policy = ["uniform", "fa2"]
     seq_len = [256, 1024]
 
-An axis (or a point) may also set ``kind``: ``compare`` (the default), ``attribute`` (an error
-budget per rounding site at that configuration, :mod:`attnum.experiments.attribute`) or ``decode`` (a
-KV-cache decode point whose axes are ``attnum decode``'s flags, :mod:`attnum.experiments.inference`), ``ring`` (one shard count, layout and
-merge policy of ``attnum ring``, simulated, its other flags as axes) or ``spec`` (one format and k of
-``attnum spec``'s exact TV; :mod:`attnum.experiments.study_points` for both), and
-``baseline_policy`` gives the baseline its own policy (``torch-eager``: PyTorch eager attention in
-the point's format).
+An axis (or a point) may also set ``kind``: any kind a study family registers
+(:mod:`attnum.studies.registry`; ``compare``, the default, ``attribute``, ``decode``, ``fp8-table``,
+``ring``, ``spec``, ...). The kind decides which axes a point takes (its point dataclass's fields)
+and how each is validated (``StudyKind.axes``); ``record`` names what the families let a spec record.
 
 Everything is checked before any point runs: unknown keys, empty axes, bad values and tiles the
 core rejects all raise :class:`attnum.errors.AttnumInputError` naming the file, key, value and what
@@ -36,10 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import AttnumInputError
-from attnum.experiments.compare import FIELDS
-from attnum.experiments.decode import DECODE_FIELDS
-from attnum.experiments.points import AXES, COMPARISONS, Point
-from attnum.experiments.study_points import RING_FIELDS, SPEC_FIELDS
+from attnum.studies.registry import DEFAULT_KIND, axis_checks, get_kind, record_choices, spec_kinds
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,7 +53,7 @@ class Group:
     """One named block of a spec: the product of ``axes`` plus the listed ``points``."""
 
     name: str
-    points: tuple[Point, ...]
+    points: tuple[Any, ...]  # point dataclasses of any registered kind
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -80,9 +74,9 @@ class SweepSpec:
     def __post_init__(self) -> None:
         if not self.groups:
             raise AttnumInputError(f"{self.source}: spec {self.name!r} has no groups or axes")
-        bad = [r for r in self.record if r not in COMPARISONS]
+        bad = [r for r in self.record if r not in record_choices()]
         if bad:
-            raise AttnumInputError(f"{self.source}: record={bad[0]!r} is not allowed; expected {COMPARISONS}")
+            raise AttnumInputError(f"{self.source}: record={bad[0]!r} is not allowed; expected {record_choices()}")
 
     @property
     def kernel_names(self) -> tuple[str, ...]:
@@ -98,9 +92,9 @@ class SweepSpec:
     def record_kernels(self) -> bool:
         return "kernels" in self.record and bool(self.kernels)
 
-    def planned(self) -> dict[str, tuple[Point, tuple[str, ...]]]:
+    def planned(self) -> dict[str, tuple[Any, tuple[str, ...]]]:
         """Every distinct point (compare points, then kernel points) by key, with the groups using it."""
-        out: dict[str, tuple[Point, list[str]]] = {}
+        out: dict[str, tuple[Any, list[str]]] = {}
         for kernel_pass in (False, True):
             if kernel_pass and not self.record_kernels:
                 break
@@ -147,7 +141,7 @@ def spec_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> SweepSpec
     name = data.get("name", Path(source).stem if source != "<dict>" else "sweep")
     if not isinstance(name, str) or not name:
         raise _bad(source, "name", name, "a non-empty string")
-    record = _str_list(data.get("record", list(COMPARISONS)), source, "record", COMPARISONS)
+    record = _str_list(data.get("record", list(record_choices())), source, "record", record_choices())
     kernels = _str_list(data.get("kernels", ALL_KERNELS), source, "kernels", None)
     if kernels != [ALL_KERNELS]:
         _check_kernel_names(kernels, source)
@@ -224,34 +218,25 @@ def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, pre
     for combo in combos:
         cfg = {**defaults, **combo}
         try:
-            point = _make_point(cfg)
+            points += _make_points(cfg)
         except AttnumInputError as err:
             shown = ", ".join(f"{k}={v!r}" for k, v in combo.items())
             raise AttnumInputError(f"{source}: {prefix}point ({shown}) is impossible: {err}") from None
-        points.append(point)
     # Same point listed twice in one group runs once.
     uniq = list({p.key: p for p in points}.values())
     return Group(name=name, points=tuple(uniq))
 
 
-def _make_point(cfg: dict[str, Any]):
-    """A Point, or a DecodePoint / RingPoint / SpecPoint for ``kind = "decode"`` / ``"ring"`` / ``"spec"``;
-    an axis the kind does not take is an input error."""
-    cls = Point
-    if cfg.get("kind") == "decode":
-        from attnum.experiments.inference import DecodePoint
-
-        cls = DecodePoint
-    elif cfg.get("kind") in ("ring", "spec"):
-        from attnum.experiments.study_points import RingPoint, SpecPoint
-
-        cls = RingPoint if cfg["kind"] == "ring" else SpecPoint
-    names = {f.name for f in dataclasses.fields(cls)}
+def _make_points(cfg: dict[str, Any]) -> tuple[Any, ...]:
+    """The point(s) of one spec entry, by its ``kind`` (the registry's); an axis the kind does not take
+    is an input error."""
+    kind = get_kind(cfg.get("kind"))
+    names = set(kind.fields())
     extra = sorted(set(cfg) - names)
     if extra:
-        raise AttnumInputError(f"{extra[0]}={cfg[extra[0]]!r} is not an axis of kind {cfg.get('kind', 'compare')!r}; "
+        raise AttnumInputError(f"{extra[0]}={cfg[extra[0]]!r} is not an axis of kind {cfg.get('kind', DEFAULT_KIND)!r}; "
                                f"expected one of {', '.join(sorted(names))}")
-    return cls(**cfg)
+    return kind.points(cfg)
 
 
 def _product(items: list[tuple[str, list[Any]]]):
@@ -264,25 +249,17 @@ def _product(items: list[tuple[str, list[Any]]]):
             yield ((key, v), *tail)
 
 
-SPEC_KINDS = ("compare", "attribute", "decode", "ring", "spec")  # kernel points follow from compare points and ``record``
-# decode points (attnum.experiments.inference.DecodePoint) take DecodeConfig's fields as axes; ring and
-# spec points (attnum.experiments.study_points) the studies' flags (their own ones checked here, shared
-# ones such as format or seed by compare's validators; the point then checks the combination)
-DECODE_AXES = tuple(DECODE_FIELDS)
-_OTHER_FIELDS = {**DECODE_FIELDS, **RING_FIELDS, **SPEC_FIELDS}
-
-
 def _check_axis(source: str, where: str, key: str, value: Any) -> None:
     if key == "kind":
-        if value not in SPEC_KINDS:
-            raise _bad(source, where, value, f"one of {SPEC_KINDS}")
+        if value not in spec_kinds():
+            raise _bad(source, where, value, f"one of {spec_kinds()}")
         return
-    if key not in AXES and key not in _OTHER_FIELDS:
+    checks = axis_checks()
+    if key not in checks:
         raise AttnumInputError(
-            f"{source}: {where} is not a known axis; expected one of "
-            f"{', '.join(sorted({*AXES, *_OTHER_FIELDS, 'kind'}))}"
+            f"{source}: {where} is not a known axis; expected one of {', '.join(sorted({*checks, 'kind'}))}"
         )
-    allowed, ok = FIELDS[key] if key in FIELDS else _OTHER_FIELDS[key]
+    allowed, ok = checks[key]
     if not ok(value):
         raise _bad(source, where, value, allowed)
 

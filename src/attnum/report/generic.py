@@ -6,10 +6,9 @@ combination of the *other* swept fields, so nothing is pooled silently. When tho
 more than :data:`MAX_LINES`, the fields with the most values are pooled (median over them, band
 min..max) and the caption says which. Seeds are always summarised (median, band min..max).
 
-Compare rows draw :data:`METRICS`; ``ring`` and ``spec`` rows (:mod:`attnum.experiments.study_points`)
-draw their own (:data:`KIND_METRICS`: ring deviation beside single-device flash, spec TV beside the
-plain-sampling baseline), in figures named ``sweep-GROUP-KIND-AXIS``. Other kinds (attribute, decode,
-fp8-table) have their own figures elsewhere and are not drawn here. A zero (exact: a TV of 0, P = 1
+Each kind draws the metrics its family registers (``StudyKind.metrics``, passed in as ``kind_metrics``:
+kind -> ((path, label), ...)); the default kind's figures are named ``sweep-GROUP-AXIS``, the
+others' ``sweep-GROUP-KIND-AXIS``. Kinds that register none have their own figures elsewhere. A zero (exact: a TV of 0, P = 1
 equal to flash) cannot sit on the log axis and is left out, as the captions say.
 """
 
@@ -19,45 +18,26 @@ import math
 import re
 from pathlib import Path
 
-from attnum.experiments.cells import LABELS
-from attnum.experiments.results import Row, metric, seed_summary
+from attnum.experiments.results import LABELS, Row, metric, seed_summary
 from attnum.report.plotting import finish, panels, save
+from attnum.studies.registry import DEFAULT_KIND
 
-METRICS = (
-    ("flash_vs_golden.max_abs", "max |flash - golden|"),
-    ("baseline_vs_golden.max_abs", "max |baseline - golden|"),
-    ("flash_vs_baseline.rel_max_abs", "max |flash - baseline| / mean |O|"),
-    ("ratio.max_abs", "flash / baseline error vs golden"),
-)
-KIND_METRICS = {
-    "compare": METRICS,
-    "ring": (
-        ("max_abs", "max |ring - golden|"),
-        ("mean_abs", "mean |ring - golden|"),
-        ("single_max_abs", "max |single-device flash - golden|"),
-        ("ratio_to_single", "ring / single-device mean error"),
-    ),
-    "spec": (
-        ("tv", "TV(speculative, target)"),
-        ("tv_plain", "TV(plain sampling, target)"),
-        ("tv_first", "TV of the first token"),
-        ("ratio", "TV / plain-sampling TV"),
-    ),
-}
+Metrics = dict[str, tuple[tuple[str, str], ...]]
+
 MAX_LINES = 8
 _COLORS = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive"]
 _STYLES = ["-", "--", ":", "-."]
 _MARKERS = "os^Dv<>P"
 
 
-def _compare_rows(rows: list[Row], group: str, kind: str = "compare") -> list[Row]:
+def _compare_rows(rows: list[Row], group: str, kind: str = DEFAULT_KIND) -> list[Row]:
     return [r for r in rows if r.get("kind") == kind and group in r.get("groups", ())
             and r.get("status", "done") == "done"]
 
 
-def _subsets(rows: list[Row], group: str):
+def _subsets(rows: list[Row], group: str, kind_metrics: Metrics):
     """(kind, rows of that kind in ``group``) for each kind this module draws that the group holds."""
-    for kind in KIND_METRICS:
+    for kind in kind_metrics:
         sub = _compare_rows(rows, group, kind)
         if sub:
             yield kind, sub
@@ -85,47 +65,48 @@ def plan(rows: list[Row], axis: str) -> tuple[list[str], list[str]]:
     return kept, pooled
 
 
-def _name(group: str, axis: str, kind: str = "compare") -> str:
-    return "sweep-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{group}-{axis}" if kind == "compare" else
+def _name(group: str, axis: str, kind: str = DEFAULT_KIND) -> str:
+    return "sweep-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{group}-{axis}" if kind == DEFAULT_KIND else
                              f"{group}-{kind}-{axis}")
 
 
-def _caption(group: str, axis: str, kept: list[str], pooled: list[str], kind: str = "compare") -> str:
-    what = "each metric" if kind == "compare" else f"each {kind} metric"
+def _caption(group: str, axis: str, kept: list[str], pooled: list[str], kind: str = DEFAULT_KIND) -> str:
+    what = "each metric" if kind == DEFAULT_KIND else f"each {kind} metric"
     text = f"Group {group}: {what} against {LABELS.get(axis, axis)}"
     text += f"; one line per {', '.join(kept)}" if kept else ""
     text += f"; pooled over {', '.join(pooled)} (median, band min..max)" if pooled else "; nothing pooled but seeds"
-    if kind != "compare":
+    if kind != DEFAULT_KIND:
         text += "; zeros (exact results) are left out of the log axis"
     return text + "."
 
 
-def generic_captions(rows: list[Row], *, skip_groups: tuple[str, ...] = ()) -> dict[str, str]:
+def generic_captions(rows: list[Row], kind_metrics: Metrics, *, skip_groups: tuple[str, ...] = ()) -> dict[str, str]:
     out = {}
     for group in _groups(rows, skip_groups):
-        for kind, sub in _subsets(rows, group):
+        for kind, sub in _subsets(rows, group, kind_metrics):
             for axis in swept_axes(sub):
                 kept, pooled = plan(sub, axis)
                 out[_name(group, axis, kind)] = _caption(group, axis, kept, pooled, kind)
     return out
 
 
-def generic_figures(rows: list[Row], out_dir: Path, *, skip_groups: tuple[str, ...] = ()) -> dict:
+def generic_figures(rows: list[Row], out_dir: Path, kind_metrics: Metrics, *,
+                    skip_groups: tuple[str, ...] = ()) -> dict:
     """{name: ([png, svg], caption)} for every (group, swept axis) outside ``skip_groups``."""
     out = {}
     for group in _groups(rows, skip_groups):
-        for kind, sub in _subsets(rows, group):
+        for kind, sub in _subsets(rows, group, kind_metrics):
             for axis in swept_axes(sub):
                 kept, pooled = plan(sub, axis)
                 name = _name(group, axis, kind)
-                paths = _draw(sub, axis, kept, out_dir, name, f"group {group}", KIND_METRICS[kind])
+                paths = _draw(sub, axis, kept, out_dir, name, f"group {group}", kind_metrics[kind])
                 if paths:
                     out[name] = (paths, _caption(group, axis, kept, pooled, kind))
     return out
 
 
 def _draw(rows: list[Row], axis: str, kept: list[str], out_dir: Path, name: str, title: str,
-          metrics: tuple[tuple[str, str], ...] = METRICS) -> list[Path]:
+          metrics: tuple[tuple[str, str], ...]) -> list[Path]:
     xs_all = list(dict.fromkeys(r["config"].get(axis) for r in rows))
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
     order = sorted(xs_all) if numeric else sorted(xs_all, key=repr)

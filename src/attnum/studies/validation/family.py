@@ -1,0 +1,7 @@
+"""The validation family in the registry: no sweep kinds; ``attnum validate`` (:mod:`.cli`)."""
+
+from __future__ import annotations
+
+from attnum.studies.registry import Family
+
+FAMILY = Family(name="validation")
