@@ -108,8 +108,8 @@ def _train_and_capture(batch: int, seed: int):
 
 
 def _train(batch: int, seed: int):
-    from attnum.training.models import ModelConfig, set_attention
-    from attnum.training.workloads import Workload, WorkloadConfig
+    from attnum.studies.training.models import ModelConfig, set_attention
+    from attnum.studies.training.workloads import Workload, WorkloadConfig
 
     torch.manual_seed(seed)
     if batch > LM_BATCH:

@@ -141,7 +141,8 @@ def quantize_p(p_BHnS: torch.Tensor, lb: LowBit) -> tuple[torch.Tensor, torch.Te
         # SageAttention3's two-level scaling: a per-row fp32 factor maps the row max to 448 * 6, so the
         # e4m3 block scales use their whole range; then NVFP4 without a tensor scale.
         rmax = p_BHnS.amax(dim=-1, keepdim=True)
-        row = f32(torch.where(rmax > 0, rmax / (448.0 * 6.0), torch.ones_like(rmax)))
+        row = f32(rmax / (448.0 * 6.0))
+        row = torch.where(row > 0, row, torch.ones_like(row))  # an all-zero (or fp32-underflowing) row: P -> 0
         fmt = BlockFormat(elem="e2m1fn", block=16, scale_format="e4m3fn", name="nvfp4-p")
         return block_quantize(f32(p_BHnS / row), fmt).dequantize(), 1.0 / row  # site: probs
     s = P_SCALE[lb.pv]
