@@ -113,3 +113,15 @@ def test_cli_bad_input_one_line_exit_2(args, first, capsys):
     err = capsys.readouterr().err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and first in lines[0] and "Traceback" not in err
+
+
+def test_render_prints_published_beside_measured_and_the_why():
+    from attnum.studies.lowbit.cli import render
+    from attnum.studies.lowbit.table import SETTINGS, explain
+
+    rows = [{"dist": "kbias", "key": key, "cossim": 0.99, "rel_l1": 0.1, "rmse": 0.01} for key, *_ in SETTINGS]
+    mech = {"kbias": {"k_channel_bias": 4.0, "q_channel_bias": 0.03, "qk_peak_to_rms": 5.0,
+                      "p_below_int8_half_step": 0.02, "p_mass_below_int8_half_step": 0.0015}}
+    text = render({"rows": rows, "mechanisms": mech, "orderings": explain(orderings(rows, ["kbias"]), mech)})
+    assert "99.94% 0.0345 0.00353" in text and "99.000% 0.1000 1.00e-02" in text
+    assert "fails on: kbias [k_channel_bias 4, q_channel_bias 0.03]" in text
