@@ -125,3 +125,21 @@ def test_render_prints_published_beside_measured_and_the_why():
     text = render({"rows": rows, "mechanisms": mech, "orderings": explain(orderings(rows, ["kbias"]), mech)})
     assert "99.94% 0.0345 0.00353" in text and "99.000% 0.1000 1.00e-02" in text
     assert "fails on: kbias [k_channel_bias 4, q_channel_bias 0.03]" in text
+
+
+def test_family_report_and_findings_on_stored_rows(tmp_path):
+    from attnum.studies.lowbit.family import FAMILY
+    from attnum.studies.registry import ReportContext
+
+    rows = []
+    for g, sk, sq, e in (("block", False, False, 0.1), ("block", True, True, 0.01), ("token", True, True, 0.005)):
+        cfg = LowbitPoint(scheme="sage2-4b", granularity=g, smooth_k=sk, smooth_q=sq).config()
+        rows.append({"status": "done", "config": cfg, "metrics": {"cossim": 1 - e, "rel_l1": e, "rmse": e}})
+    for t, e in ((None, 1e-3), (8.0, 1.1e-3)):
+        cfg = LowbitPoint(scheme="fa2", format="bf16", dist="normal", rescale_threshold=t).config()
+        rows.append({"status": "done", "config": cfg, "metrics": {"cossim": 1.0, "rel_l1": e, "rmse": e}})
+    found = FAMILY.findings(rows)
+    assert [f.verdict for f in found] == ["holds"] and "0.1" in found[0].measured.replace("1.00e-01", "0.1")
+    part = FAMILY.report(ReportContext(rows=rows, figures_dir=tmp_path))
+    assert set(part.figures) == {"lowbit_granularity", "lowbit_rescale"}
+    assert all(p.exists() for paths in part.figures.values() for p in paths) and "Low-bit" in part.sections[0]
