@@ -12,6 +12,10 @@ Distributions:
   a rank-``LOW_RANK`` spread of ``LOW_RANK_SPREAD``, the representations Qiu & Yao (arXiv 2510.04212)
   see emerge in training; their scores differ little, so a narrow format rounds many onto the max.
 
+- ``kbias``, ``massive``, ``sink``, ``lm``: the structures that break low-bit attention (channel
+  bias in K, massive activations, an attention sink) and Q, K, V captured from attnum's trained
+  byte-level LM; see :mod:`attnum.inputs_lowbit`.
+
 ``logit_scale`` multiplies Q, so the logits scale * q.k grow by that factor: the knob that moves
 the softmax from near-uniform (small) to near-one-hot (large).
 """
@@ -25,7 +29,9 @@ import torch
 
 from attnum.errors import AttnumInputError
 
-DISTS = ("normal", "uniform", "outlier", "ties", "lowrank")
+DISTS = ("normal", "uniform", "outlier", "ties", "lowrank", "kbias", "massive", "sink", "lm")
+# Joint Q/K/V structure (channel bias, massive activations, sink, captured LM): attnum.inputs_lowbit.
+STRUCTURED = ("kbias", "massive", "sink", "lm")
 TIE_DISTINCT = 4
 LOW_RANK = 2
 LOW_RANK_SPREAD = 0.25
@@ -121,6 +127,10 @@ def low_rank_rows(shape: tuple[int, ...], rank: int, spread: float, generator: t
 
 def make_qkv(spec: InputSpec, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """float64 q (B, H, N, d), k (B, G, S, d), v (B, G, S, d), identical for a given spec on any device."""
+    if spec.dist in STRUCTURED:
+        from attnum.inputs_lowbit import structured_qkv
+
+        return structured_qkv(spec, device)
     g = torch.Generator().manual_seed(spec.seed)
     qv_dist = "normal" if spec.dist == "ties" else spec.dist  # ties: only the keys repeat
     q = sample((spec.batch, spec.heads, spec.seq_len, spec.head_dim), qv_dist, g, device) * spec.logit_scale

@@ -27,6 +27,16 @@ native BLAS accumulation in that format, in the BLAS's order; any other format i
 summing ``reduction_chunk`` products exactly before each rounding into the accumulator
 (``reduction_chunk=None`` then means 1: round after every addition).
 
+FlashAttention-4's arithmetic (flash only; Dao-AILab/flash-attention ``flash_attn/cute``):
+``exp2`` is ``native`` (the carrier's exp) or ``polyN`` (N = 1..5: P = 2**x by FA4's software exp2,
+Cody-Waite reduction and a degree-N polynomial on fp32 FMAs, :mod:`attnum.attention.exp2`; FA4 uses
+N = 3 on part of the elements); ``rescale_threshold`` (None: off) keeps a row's running maximum
+until a tile's maximum exceeds it by more than that many log2 units, so the accumulator is
+rescaled only then (FA4's conditional rescaling; 8.0 for 16-bit inputs in ``flash_fwd_sm100.py``).
+
+``lowbit`` (None, or a :class:`attnum.lowbit.LowBit`) makes flash and baseline run SageAttention's
+quantized scheme (:mod:`attnum.attention.sage`) with this policy's input and output formats.
+
 The *carrier* (the dtype tensors are held in) follows from the policy: float32 when every site
 fits in fp32 and the matmuls accumulate in fp32 natively -- then element-wise math (exp,
 division) runs in float32 as real kernels do -- else float64.
@@ -46,6 +56,8 @@ from attnum.rounding import round_to
 SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out", "lse")
 NORMALIZE = ("divide", "reciprocal")
 MAX_SHIFTS = ("none", "qiu-yao")
+EXP2 = ("native", "poly1", "poly2", "poly3", "poly4", "poly5")
+KNOBS = ("matmul_acc", "reduction_chunk", "normalize", "max_shift", "exp2", "rescale_threshold", "lowbit")
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
 
@@ -67,6 +79,9 @@ class Policy:
     reduction_chunk: int | None = None
     normalize: str = "divide"
     max_shift: str = "none"
+    exp2: str = "native"
+    rescale_threshold: float | None = None
+    lowbit: object | None = None
     name: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +101,14 @@ class Policy:
             raise AttnumInputError(f"normalize={self.normalize!r} is not allowed; expected one of {NORMALIZE}")
         if self.max_shift not in MAX_SHIFTS:
             raise AttnumInputError(f"max_shift={self.max_shift!r} is not allowed; expected one of {MAX_SHIFTS}")
+        if self.exp2 not in EXP2:
+            raise AttnumInputError(f"exp2={self.exp2!r} is not allowed; expected one of {EXP2}")
+        t = self.rescale_threshold
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 < t < float("inf")):
+                raise AttnumInputError(f"rescale_threshold={t!r} is not allowed; expected a positive finite number "
+                                       "of log2 units (FA4: 8.0), or none")
+            object.__setattr__(self, "rescale_threshold", float(t))
 
     @property
     def carrier(self) -> torch.dtype:
@@ -107,11 +130,10 @@ class Policy:
         return round_to(x, getattr(self, site))
 
     def with_overrides(self, **sites: str | FloatFormat | int | None) -> Policy:
-        unknown = set(sites) - set(SITES) - {"matmul_acc", "reduction_chunk", "normalize", "max_shift"}
+        unknown = set(sites) - set(SITES) - set(KNOBS)
         if unknown:
             raise AttnumInputError(
-                f"policy override {sorted(unknown)!r} is not allowed; expected sites {SITES}, "
-                "matmul_acc, reduction_chunk, normalize or max_shift"
+                f"policy override {sorted(unknown)!r} is not allowed; expected sites {SITES} or one of {KNOBS}"
             )
         return dataclasses.replace(self, **sites, name=_describe(self.name, sites))
 
@@ -121,12 +143,16 @@ class Policy:
         d["reduction_chunk"] = self.reduction_chunk
         d["normalize"] = self.normalize
         d["max_shift"] = self.max_shift
+        if self.exp2 != "native" or self.rescale_threshold is not None:
+            d["exp2"], d["rescale_threshold"] = self.exp2, self.rescale_threshold
+        if self.lowbit is not None:
+            d["lowbit"] = self.lowbit.describe()
         d["carrier"] = str(self.carrier).replace("torch.", "")
         return d
 
 
 def _describe(base: str, overrides: dict) -> str:
-    extra = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in overrides.items())
+    extra = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in overrides.items() if k != "lowbit")
     return f"{base},{extra}" if extra else base
 
 
@@ -179,7 +205,30 @@ def torch_eager(fmt: str | FloatFormat) -> Policy:
     )
 
 
-NAMED = {"uniform": uniform, "fa2": fa2, "torch-cpu": torch_cpu, "torch-eager": torch_eager}
+def fa4(fmt: str | FloatFormat) -> Policy:
+    """FlashAttention-4 (Blackwell): FA2's formats, exp2 by the degree-3 polynomial and the running
+    maximum rescaled only past 8 log2 units (``flash_attn/cute/flash_fwd_sm100.py``, 16-bit inputs)."""
+    return dataclasses.replace(fa2(fmt), exp2="poly3", rescale_threshold=8.0, name=f"fa4:{get_format(fmt).name}")
+
+
+def _sage(key: str):
+    def make(fmt: str | FloatFormat) -> Policy:
+        """SageAttention's published configuration (:data:`attnum.lowbit.SAGE`) with inputs and
+        output in ``fmt``; fp32 softmax statistics and accumulator buffer."""
+        from attnum.lowbit import SAGE
+
+        f = get_format(fmt)
+        lb = SAGE[key]
+        probs = get_format(lb.pv) if lb.pv not in ("int8", "nvfp4") else _FP32
+        return Policy(inputs=f, scores=_FP32, exp=_FP32, probs=probs, row_sum=_FP32, rescale=_FP32, acc=_FP32,
+                      out=f, matmul_acc=_FP32, normalize="divide", lowbit=lb, name=f"{key}:{f.name}")
+    make.__name__ = key.replace("-", "_")
+    return make
+
+
+SAGE_NAMES = ("sage1", "sage2", "sage2-4b", "sage3")
+NAMED = {"uniform": uniform, "fa2": fa2, "torch-cpu": torch_cpu, "torch-eager": torch_eager, "fa4": fa4,
+         **{k: _sage(k) for k in SAGE_NAMES}}
 
 
 def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Policy:
@@ -223,11 +272,32 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
             overrides[key] = None if value in ("", "none") else _int(value, key)
         elif key == "matmul_acc":
             overrides[key] = None if value in ("exact", "none") else get_format(value, param=key)
-        elif key in ("normalize", "max_shift"):
+        elif key in ("normalize", "max_shift", "exp2"):
             overrides[key] = value
+        elif key == "rescale_threshold":
+            overrides[key] = None if value in ("", "none") else _float(value, key)
+        elif key in _LOWBIT_KEYS:
+            from attnum.lowbit import LowBit, parse_lowbit_override
+
+            lb = overrides.get("lowbit", policy.lowbit)
+            if lb is None:
+                raise AttnumInputError(f"policy override {item!r} is not allowed; {key} needs a sage policy "
+                                       f"(one of {SAGE_NAMES})")
+            overrides["lowbit"] = parse_lowbit_override(lb if isinstance(lb, LowBit) else LowBit(), key, value)
         else:
             overrides[key] = get_format(value, param=f"policy.{key}")
     return policy.with_overrides(**overrides) if overrides else policy
+
+
+_LOWBIT_KEYS = ("qk", "granularity", "block_q", "block_k", "warp_q", "smooth_k", "smooth_q", "pv", "pv_acc",
+                "two_level")
+
+
+def _float(value: str, key: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise AttnumInputError(f"{key}={value!r} is not allowed; expected a number") from None
 
 
 def _int(value: str, key: str) -> int:

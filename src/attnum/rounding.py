@@ -66,7 +66,26 @@ def round_to(
             return _round_native(x, native, fmt, saturate)
         if fmt == _FP32 and mode == "nearest_even" and not saturate:
             return x.to(torch.float32).to(x.dtype)  # IEEE float64 -> float32: one correct rounding
+        if x.dtype == torch.float32 and _e8_bits_ok(fmt, mode, saturate):
+            return _round_e8_bits(x, fmt.mbits)
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
+
+
+def _e8_bits_ok(fmt: FloatFormat, mode: str, saturate: bool) -> bool:
+    """fp32's own exponent (8 bits, IEEE specials, subnormals) with fewer mantissa bits: e8mY."""
+    return fmt.ebits == 8 and fmt.specials == "ieee" and fmt.subnormals and mode == "nearest_even" and not saturate
+
+
+def _round_e8_bits(x: torch.Tensor, mbits: int) -> torch.Tensor:
+    """Nearest-even to e8mY on float32's bits: add half an ulp minus one (plus the kept LSB, for
+    ties to even) and clear the dropped bits. A carry moves into the exponent (up a binade, or to inf
+    past the max); fp32 subnormals round on e8mY's subnormal grid 2**(-126 - Y), which is the same
+    bit position. NaN stays NaN (its bits could otherwise carry into the sign)."""
+    drop = 23 - mbits
+    bits = x.view(torch.int32)
+    bias = torch.bitwise_right_shift(bits, drop).bitwise_and_(1).add_((1 << (drop - 1)) - 1)
+    out = bits.add(bias).bitwise_and_(~((1 << drop) - 1)).view(torch.float32)
+    return torch.where(torch.isnan(x), x, out)
 
 
 class _RoundSTE(torch.autograd.Function):

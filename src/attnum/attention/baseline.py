@@ -37,6 +37,11 @@ def baseline_attention(
     is a constant of the softmax and gets no gradient.
     """
     policy = parse_policy(policy)
+    if policy.lowbit is not None:  # SageAttention's scheme: its plain reference (exact softmax and P V)
+        from attnum.attention.sage import sage_reference
+
+        return sage_reference(q, k, v, lowbit=policy.lowbit, policy=policy, attn_mask=attn_mask, is_causal=is_causal,
+                              scale=scale, causal_alignment=causal_alignment, window=window)
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     rnd = round_ste if grad else round_to

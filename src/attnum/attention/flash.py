@@ -48,6 +48,11 @@ def flash_attention(
     Inputs are rounded once to the ``inputs`` format from their own dtype (:func:`steps.load_input`).
     """
     policy = parse_policy(policy)
+    if policy.lowbit is not None:  # SageAttention's quantized scheme: its own tiles (lowbit.block_k)
+        from attnum.attention.sage import sage_attention
+
+        return sage_attention(q, k, v, lowbit=policy.lowbit, policy=policy, attn_mask=attn_mask, is_causal=is_causal,
+                              scale=scale, causal_alignment=causal_alignment, window=window, return_lse=return_lse)
     if variant not in VARIANTS:
         raise AttnumInputError(f"variant={variant!r} is not allowed; expected one of {VARIANTS}")
     B, H, _, N, S, d, _ = masks.check_qkv(q, k, v)

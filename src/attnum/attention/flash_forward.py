@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention import masks, steps
+from attnum.attention import fa4_steps, masks, steps
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy
@@ -95,8 +95,13 @@ def flash_forward(
 
 def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: Workspace):
     m_new = torch.maximum(m, steps.block_max(s, policy))  # line 9 (a Qiu-Yao shift carries on)
+    if policy.rescale_threshold is not None:  # FA4: keep the old maximum unless it grew past the threshold
+        m_new = fa4_steps.lazy_max(m, m_new, policy.rescale_threshold)
     m_safe = steps.safe_max(m_new)
-    p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, m_safe), ws)  # P~_ij
+    if policy.exp2 != "native":
+        p = policy.round("exp", fa4_steps.exp_poly(s, m_safe, policy.exp2).to(s.dtype))  # P~_ij by FA4's exp2
+    else:
+        p = steps.round_site_(policy, "exp", steps.exp_shifted_(s, m_safe), ws)  # P~_ij
     alpha = policy.round("rescale", torch.exp(m - m_safe))  # e^{m_old - m_new}
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     pv = steps.pv(p, v_j, policy, ws, p_grid=policy.exp)

@@ -11,7 +11,7 @@ import typer
 
 # Every family's profiles (attnum.studies.registry.profiles()), spelled here so that --help does not import
 # the studies (a test pins it)
-PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke", "consistency")
+PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke", "consistency", "lowbit")
 
 
 def register(app: typer.Typer) -> None:
