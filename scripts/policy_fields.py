@@ -24,6 +24,12 @@ DESCRIPTIONS = {
     "reduction_chunk": "products summed exactly before each rounding into a non-native matmul_acc",
     "normalize": "how O is normalised: 'divide' (O / l) or 'reciprocal' (O · (1/l), as FA2)",
     "max_shift": "'none' or 'qiu-yao' (the biased-rounding fix: no P entry equals 1)",
+    "exp2": "'native' (the carrier's exp) or 'polyN', N = 1..5 (FA4's software exp2: Cody-Waite reduction and a "
+            "degree-N polynomial on fp32 FMAs)",
+    "rescale_threshold": "None (rescale whenever the row maximum grows) or T > 0: FA4's lazy rescaling, the running "
+                         "maximum kept until it grows by more than T (log2 units), corrected at the end",
+    "lowbit": "None, or a SageAttention scheme (attnum.lowbit.LowBit: INT8/INT4/FP8/NVFP4 quantizers, smoothing, "
+              "P·V format and accumulator) that flash and baseline then run",
     "name": "the policy's display name (not compared)",
 }
 

@@ -18,3 +18,14 @@ def show_table(rows: list[dict], cols: tuple[str, ...]) -> None:
     just = ["right" if any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)
             else "left" for c in cols]
     print_table(cols, [[_fmt(r.get(c)) for c in cols] for r in rows], justify=just)
+
+
+def text_table(rows: list[dict], cols: tuple[str, ...]) -> str:
+    """The same columns as plain text (left-aligned, two spaces apart, every value whole): for output
+    that is built as a string before it is printed or saved."""
+    cols = tuple(c for c in cols if any(c in r for r in rows))
+    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, width)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, width)).rstrip() for row in cells]
+    return "\n".join(lines)
