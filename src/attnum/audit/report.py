@@ -48,20 +48,25 @@ def environment_line(report: AuditReport) -> str:
     env = report.environment
     if not env:
         return ""
-    return (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
+    line = (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
             f"{env.get('torch_threads')} thread(s), device {env.get('device')}")
+    numerics = env.get("numerics", "native")
+    return line if numerics == "native" else f"{line}, numerics {numerics}"
 
 
 def to_json(report: AuditReport) -> dict:
     """``{"target", "passed", "available", "probes": [{"name", "dtype", "passed", "target_error",
-    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases"}],
-    "rule", "device", "environment"}`` (+ "reason" when nothing was audited)."""
+    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases", "numerics"}],
+    "numerics", "rule", "device", "environment"}``; ``numerics`` names the arithmetic the verdicts ran
+    under (``triton-interp:nvidia-sm90`` for an interpreted Triton kernel, ``native`` otherwise) (+ "reason" when nothing was audited)."""
     cfg = report.config
     doc = {
         "target": report.target,
         "passed": report.passed if report.available else None,
         "available": report.available,
-        "probes": [_probe_json(r) for r in report.results],
+        "numerics": report.environment.get("numerics", "native"),
+        "probes": [{**_probe_json(r), "numerics": report.environment.get("numerics", "native")}
+                   for r in report.results],
         "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps,
                  "empty_rows": report.conventions.get("empty_rows", cfg.empty_rows),
                  "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND},

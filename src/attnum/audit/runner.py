@@ -192,6 +192,10 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     """
     if isolate is None:
         isolate = config.isolate and target is None
+    if target is None and config.target is None:
+        from attnum.errors import bad_value
+
+        raise bad_value("target", None, "a name in AuditConfig.target or a callable passed to run_audit")
     if isolate:
         if target is not None:
             raise ValueError("isolate=True needs the target by name (config.target), not a callable")
@@ -202,7 +206,7 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     if target is None:
         from attnum.kernels.registry import resolve
 
-        resolved = resolve(config.target, config.device, param="target")
+        resolved = resolve(config.target, config.device, param="target", numerics=config.numerics)
         target, available, reason, declared = resolved.fn, resolved.available, resolved.reason, resolved.declared
     else:
         declared = conventions.declared(target)
@@ -217,7 +221,7 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
             results.append(row)
             if progress is not None:
                 progress(row)
-    return finish(config, available, reason, results, conv, isolated=False)
+    return finish(config, available, reason, results, conv, isolated=False, fn=target)
 
 
 def plan(config: AuditConfig) -> list[tuple[str, Probe]]:
@@ -225,12 +229,27 @@ def plan(config: AuditConfig) -> list[tuple[str, Probe]]:
     return [(dtype, probe) for dtype in config.dtypes for probe in select(config.probes)]
 
 
+def numerics_label(config: AuditConfig, fn: Callable | None = None) -> str:
+    """The arithmetic the verdicts ran under: a Triton target's interpreter model
+    (``triton-interp:nvidia-sm90`` / ``triton-interp:raw``), else ``native``."""
+    declared = getattr(fn, "attnum_numerics", None)
+    if declared:
+        return str(declared)
+    from attnum.kernels import triton_interp
+    from attnum.kernels.registry import interpreted_triton
+
+    if config.target and interpreted_triton(config.target, config.device):
+        return triton_interp.label(config.numerics)
+    return "native"
+
+
 def finish(config: AuditConfig, available: bool, reason: str, results: list[ProbeResult], conv: dict,
-           *, isolated: bool) -> AuditReport:
+           *, isolated: bool, fn: Callable | None = None) -> AuditReport:
     # A target that refused every case was not audited: not "passed" (the CLI exits 3).
     refused = _nothing_tested(results)
     if refused:
         available, reason = False, refused
-    return AuditReport(target=config.target, config=config, available=available, reason=reason,
-                       results=tuple(results), environment=environment(config.device), conventions=conv,
-                       isolated=isolated)
+    env = {**environment(config.device), "numerics": numerics_label(config, fn)}
+    name = config.target or getattr(fn, "__name__", repr(fn))
+    return AuditReport(target=name, config=config, available=available, reason=reason,
+                       results=tuple(results), environment=env, conventions=conv, isolated=isolated)

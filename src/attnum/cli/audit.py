@@ -43,8 +43,18 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
         html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
+        numerics: str = typer.Option("faithful", "--numerics",
+                                     help="arithmetic of interpreted Triton kernels: faithful (the GPU's: bf16 "
+                                          "rounding, TF32 dots; verdicts say triton-interp:nvidia-sm90), raw "
+                                          "(Triton's interpreter as is) or faithful-ex2-approx"),
     ) -> int:
-        """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable)."""
+        """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable).
+
+        A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter, GPU
+        arithmetic by default; see --numerics). Serving kernels (prefill incl. varlen, decode, paged,
+        merge of states) follow the protocol in docs/audit.md, "The serving protocol"; sglang-* and
+        vllm-* are built in (attnum kernels fetch sglang|vllm).
+        """
         from rich.console import Console
 
         from attnum.audit.config import AuditConfig
@@ -60,7 +70,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
-                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate)
+                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
+                          numerics=numerics)
         if html_file is not None:
             check_writable(html_file, "--html")
         progress = None

@@ -209,12 +209,13 @@ def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]
 
 
 def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | None = None,
-            block_k: int | None = None, param: str = "attention") -> Target:
+            block_k: int | None = None, param: str = "attention", numerics: str = "faithful") -> Target:
     """Resolve ``spec`` for ``device`` (None: whichever device the tensors will be on).
 
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
-    ``block_q``/``block_k`` are flash's tiles and ignored by every other name. Raises
-    AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
+    ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
+    arithmetic of Triton's interpreter for interpreted Triton targets
+    (:data:`attnum.kernels.triton_interp.NUMERICS`). Raises AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
         return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True,
@@ -236,7 +237,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = serving.reference(policy)
     elif sep and kind == triton_interp.PREFIX:  # a user's Triton kernel under TRITON_INTERPRET=1, on CPU
         ok, why = _status(spec, triton_interp.DEVICES, triton_interp.PACKAGE, device)
-        fn = triton_interp.load(policy, spec) if ok else None
+        fn = triton_interp.load(policy, spec, numerics=numerics) if ok else None
         return Target(name=spec, fn=fn, available=ok, reason=why, declared=conventions.declared(fn) if ok else {})
     elif user.is_user_spec(spec):
         fn = user.load_user_target(spec)
@@ -244,6 +245,15 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         raise _unknown(param, spec)
     ok, why = _status(spec, _ANY_DEVICE, None, device)
     return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=conventions.declared(fn))
+
+
+def interpreted_triton(spec: str, device: str | None = "cpu") -> bool:
+    """Whether ``spec`` names a Triton kernel that runs through Triton's interpreter on ``device``."""
+    spec = spec.strip()
+    if spec.startswith(triton_interp.PREFIX + ":"):
+        return True
+    kern = KERNELS.get(spec)
+    return bool(kern and getattr(kern, "triton", False) and (device or "cpu").startswith("cpu"))
 
 
 def require(spec: str | SdpaFn, device: str | None = None, *, block_q: int | None = None,
