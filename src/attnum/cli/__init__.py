@@ -32,6 +32,7 @@ from attnum.cli.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
 _COMMAND_MODULES = (
+    "kernels",
     "compare",
     "attribute",
     "validate",

@@ -39,9 +39,12 @@ from attnum.kernels import (
     pallas_tpu_flash,
     reference,
     serving,
+    sglang_triton,
     triton_interp,
     user,
     vllm_merge,
+    vllm_triton,
+    wheels,
     xformers,
 )
 
@@ -65,6 +68,10 @@ class Kernel:
     # Runs through an interpreter (Pallas interpret mode): an audit target, ~10x too slow for the
     # per-point kernels of a sweep, so a spec's "all" leaves it out (a spec may still name it).
     interpreted: bool = False
+    # A Triton kernel: on CPU it runs in Triton's interpreter under the audit's --numerics.
+    triton: bool = False
+    # Returns '' when the kernel's code can be loaded here, else why not (e.g. a wheel not fetched).
+    requires: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
@@ -132,6 +139,16 @@ def _adapter(mod) -> Kernel:
                   interpreted=getattr(mod, "INTERPRETED", False))
 
 
+def _serving_triton(mod, target: serving.ServingTarget, doc: str) -> Kernel:
+    """A third-party Triton serving kernel (attnum.kernels.sglang_triton / vllm_triton): CPU through the
+    interpreter, CUDA natively; its code from the installed package or the fetched wheel."""
+    declared = serving.empty_rows_of(target, "sdpa")
+    return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
+                  causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
+                  empty_rows=declared, interpreted=True, triton=True,
+                  requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg))
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _sdpa("torch-sdpa", None, ("cpu", "cuda"), "F.scaled_dot_product_attention with torch's default backend choice"),
     _sdpa("torch-sdpa-math", "MATH", ("cpu", "cuda"), "SDPBackend.MATH (bf16/fp16 upcast to fp32 inside)"),
@@ -142,6 +159,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     *(_adapter(mod) for mod in (flex, flash_attn, flashinfer, xformers)),
     *(_adapter(mod) for mod in (pallas_mha, pallas_tpu_flash)),  # CPU, interpret mode; extra "jax"
     *(_adapter(mod) for mod in (flashinfer_merge, flashinfer_decode, flash_attn_kvcache, vllm_merge)),
+    *(_serving_triton(mod, target, doc) for mod, target, doc in (
+        (sglang_triton, sglang_triton.DECODE, "SGLang decode_attention_fwd (Triton; single query, token pool)"),
+        (sglang_triton, sglang_triton.MERGE, "SGLang merge_state_triton (Triton)"),
+        (vllm_triton, vllm_triton.UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)"),
+        (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"))),
 )}
 
 
@@ -201,7 +223,11 @@ def _status(name: str, devices: tuple[str, ...], package: str | None, device: st
 def kernel_status(name: str, device: str | None = "cpu") -> tuple[bool, str]:
     """(available, reason): whether the real kernel ``name`` can run on ``device`` here, and why not."""
     kernel = get_kernel(name)
-    return _status(name, kernel.devices, kernel.package, device)
+    ok, why = _status(name, kernel.devices, kernel.package, device)
+    need = kernel.requires() if kernel.requires is not None else ""
+    if need:
+        return False, "; ".join(filter(None, (why, need)))
+    return ok, why
 
 
 def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]:
@@ -227,7 +253,10 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     if spec in KERNELS:
         ok, why = kernel_status(spec, device)
         kern = KERNELS[spec]
-        return Target(name=spec, fn=kern.fn if ok else None, available=ok, reason=why,
+        fn = kern.fn
+        if ok and kern.triton and interpreted_triton(spec, device):
+            fn = triton_interp.serving_under(kern.fn, numerics)
+        return Target(name=spec, fn=fn if ok else None, available=ok, reason=why,
                       declared={"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows})
     if spec in reference.NAMES:
         fn = reference.builtin(spec)

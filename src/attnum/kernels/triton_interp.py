@@ -121,3 +121,28 @@ def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful")
 
     call.attnum_numerics = label(numerics)
     return call
+
+
+def serving_under(target, numerics: str = "faithful"):
+    """A copy of the serving target ``target`` (attnum.kernels.serving) whose entry points launch their
+    Triton kernels in the interpreter (enabled now, checked at the first call) under ``numerics``."""
+    import copy
+
+    enable()
+    t = copy.copy(target)
+
+    def prepared(fn, what):
+        @functools.wraps(fn)
+        def call(*args, **kw):
+            _check_interpreting()
+            return fn(*args, **kw)
+
+        return under(call, numerics, what)
+
+    if getattr(t, "_sdpa", None) is not None:
+        t._sdpa = prepared(t._sdpa, f"{t.name} (sdpa)")
+    for e in ("decode", "merge_state"):
+        if callable(getattr(t, e, None)):
+            setattr(t, e, prepared(getattr(t, e), f"{t.name} ({e})"))
+    t.attnum_numerics = label(numerics)
+    return t
