@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
     def audit(
         target: str = typer.Argument(..., help="package.module:function, path/file.py:function, or a built-in "
                                                "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
-                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers)"),
+                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, sglang-decode, sglang-merge, "
+                                               "vllm-unified, vllm-triton-merge), or triton-interpret:FILE.py:FUNCTION "
+                                               "for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
