@@ -44,8 +44,9 @@ def round_to(
     """Round every element of ``x`` to ``fmt``; returns a tensor of x's dtype and shape.
 
     ``mode``: ``nearest_even`` (IEEE default), ``nearest_away`` (ties away from zero: PTX's
-    ``cvt.rna``, as for fp32 -> tf32), ``toward_zero`` (truncation; finite overflow gives max), or ``stochastic`` (rounds up with probability equal to the distance from the lower
-    neighbour in ulps; reproducible with ``generator``).
+    ``cvt.rna``, as for fp32 -> tf32), ``toward_zero`` (truncation; finite overflow gives max), or
+    ``stochastic`` (rounds up with probability equal to the distance from the lower neighbour in ulps;
+    reproducible with ``generator``).
     Overflow: inf for IEEE-like formats, NaN for ``fn`` formats, max for formats with neither,
     max for every format when ``saturate=True``. NaN and inf inputs propagate (inf becomes NaN in
     ``fn`` formats and max in formats without inf, as a hardware cast would). Signed zero is kept.

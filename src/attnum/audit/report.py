@@ -57,8 +57,9 @@ def environment_line(report: AuditReport) -> str:
 def to_json(report: AuditReport) -> dict:
     """``{"target", "passed", "available", "probes": [{"name", "dtype", "passed", "target_error",
     "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases", "numerics"}],
-    "numerics", "rule", "device", "environment"}``; ``numerics`` names the arithmetic the verdicts ran
-    under (``triton-interp:nvidia-sm90`` for an interpreted Triton kernel, ``native`` otherwise) (+ "reason" when nothing was audited)."""
+    "numerics", "rule", "device", "environment"}`` (+ "reason" when nothing was audited); ``numerics``
+    names the arithmetic the verdicts ran under (``triton-interp:nvidia-sm90`` for an interpreted Triton
+    kernel, ``native`` otherwise)."""
     cfg = report.config
     doc = {
         "target": report.target,
@@ -154,7 +155,7 @@ def to_html(report: AuditReport) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>attnum audit</title><style>"
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
-        "tr.fail td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
+        "tr.fail td,tr.unwritten td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
         "</style>"
         f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
         f"<p>{esc(environment_line(report))}</p><p>{esc(conventions_line(report))}</p>{body}</body></html>")

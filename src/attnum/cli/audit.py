@@ -13,16 +13,22 @@ from pathlib import Path
 import typer
 
 EXIT_UNAVAILABLE = 3
+HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable).\n\n"
+        "A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter with the GPU's "
+        "arithmetic; see --numerics). Serving kernels (prefill incl. varlen cu_seqlens, decode single- and "
+        "multi-query, paged, merge of 2 and N states) follow docs/audit.md, 'The serving protocol'; SGLang's and "
+        "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge; "
+        "attnum kernels fetch sglang|vllm).")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("audit")
+    @app.command("audit", help=HELP)
     def audit(
         target: str = typer.Argument(..., help="package.module:function, path/file.py:function, or a built-in "
                                                "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
-                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, sglang-decode, sglang-merge, "
-                                               "vllm-unified, vllm-triton-merge), or triton-interpret:FILE.py:FUNCTION "
-                                               "for a Triton kernel on CPU"),
+                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
+                                               "sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge), or "
+                                               "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
@@ -50,13 +56,7 @@ def register(app: typer.Typer) -> None:
                                           "rounding, TF32 dots; verdicts say triton-interp:nvidia-sm90), raw "
                                           "(Triton's interpreter as is) or faithful-ex2-approx"),
     ) -> int:
-        """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable).
-
-        A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter, GPU
-        arithmetic by default; see --numerics). Serving kernels (prefill incl. varlen, decode, paged,
-        merge of states) follow the protocol in docs/audit.md, "The serving protocol"; sglang-* and
-        vllm-* are built in (attnum kernels fetch sglang|vllm).
-        """
+        """Audit an attention kernel (the help text is HELP below)."""
         from rich.console import Console
 
         from attnum.audit.config import AuditConfig

@@ -241,7 +241,8 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
     ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
     arithmetic of Triton's interpreter for interpreted Triton targets
-    (:data:`attnum.kernels.triton_interp.NUMERICS`). Raises AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
+    (:data:`attnum.kernels.triton_interp.NUMERICS`). Raises AttnumInputError (naming ``param``) for
+    an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
         return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True,

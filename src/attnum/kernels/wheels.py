@@ -85,8 +85,8 @@ def fetch(package: str, *, quiet: bool = False) -> Path:
     pattern = f"{package}-{PINS[package]}-*.whl"
     found = sorted(wheels.glob(pattern))
     if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               f"{package}=={PINS[package]}", "-d", str(wheels)]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", f"{package}=={PINS[package]}", "-d", str(wheels)]
         run = subprocess.run(cmd, capture_output=quiet, text=True)
         found = sorted(wheels.glob(pattern))
         if run.returncode or not found:

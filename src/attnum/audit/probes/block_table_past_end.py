@@ -5,9 +5,9 @@ vllm-project/vllm#53658 (dummy runs with seq_lens past the block table: an unmas
 past the row). An off-by-one in the number of pages (L // P + 1 instead of ceil(L / P)) reads the entry
 after the last page exactly when L is a multiple of P. Every entry past a sequence's pages here points at
 an in-range spare page full of NaN (an out-of-range id would crash a real kernel rather than show), for
-L = P, 2P and 3P (whole pages: no padding slot to leak from), with P = 16 and 256, one and two splits. Every sequence has a key: a length-0
-sequence (whose output is the declared empty-row value, not the block table's business) is the
-``empty-sequence`` probe's.
+L = P, 2P and 3P (whole pages: no padding slot to leak from), with P = 16 and 256, one and two
+splits. Every sequence has a key: a length-0 sequence (whose output is the declared empty-row value,
+not the block table's business) is the ``empty-sequence`` probe's.
 """
 
 from __future__ import annotations
