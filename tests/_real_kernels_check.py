@@ -19,12 +19,15 @@ def cases(name, ctx):
     if name.endswith("merge"):
         return PROBES["merge-two-empty"].run(ctx)
     out = []
-    if name == "vllm-unified":
+    if name in ("vllm-unified", "sglang-extend"):
         q, k, v = ctx.cast(ctx.randn(1, 4, 16, 64, salt=1), ctx.randn(1, 2, 40, 64, salt=2),
                            ctx.randn(1, 2, 40, 64, salt=3))
         out.append(ctx.check("prefill N=16 S=40 causal", q, k, v, is_causal=True, enable_gqa=True))
+        if name == "sglang-extend":
+            return out
     q, k, v, lens = decode_inputs(ctx, B=2, H=4, G=2, N=1, S=64, d=64, lens=(64, 17), salt=5)
-    out.append(decode_case(ctx, "decode N=1 L=(64, 17) splits=2", q, k, v, cache_seqlens=lens, num_splits=2))
+    out.append(decode_case(ctx, "decode N=1 L=(64, 17) splits=2", q, k, v, cache_seqlens=lens, num_splits=2,
+                           check_lse=name == "vllm-triton-decode"))
     return out
 
 

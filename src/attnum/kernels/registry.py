@@ -162,8 +162,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     *(_serving_triton(mod, target, doc) for mod, target, doc in (
         (sglang_triton, sglang_triton.DECODE, "SGLang decode_attention_fwd (Triton; single query, token pool)"),
         (sglang_triton, sglang_triton.MERGE, "SGLang merge_state_triton (Triton)"),
+        (sglang_triton, sglang_triton.EXTEND, "SGLang extend_attention_fwd (Triton; prefill over a prefix, as SDPA)"),
         (vllm_triton, vllm_triton.UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)"),
-        (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"))),
+        (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"),
+        (vllm_triton, vllm_triton.TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)"))),
 )}
 
 

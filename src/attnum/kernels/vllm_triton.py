@@ -6,6 +6,8 @@
   segments, then ``reduce_segments``). As SDPA: q (B, H, N, d) become B sequences of N queries over
   S keys, the contiguous K/V cut into pages of 16. It returns no LSE.
 - ``merge_attn_states`` (the Triton one): two-state merge, LSE head-major (H, T), natural log.
+- ``triton_decode_attention.decode_attention_fwd``: one query per sequence over a paged cache
+  (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output.
 
 From the installed ``vllm`` or the pinned wheel (``attnum kernels fetch vllm``; attnum.kernels.wheels).
 On CPU through Triton's interpreter (GPU arithmetic: attnum.kernels.triton_faithful), with CUDA natively.
@@ -112,6 +114,30 @@ def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
     return out, lse_out
 
 
+def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
+                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1)."""
+    B, H, N, d = q.shape
+    if N != 1:
+        raise NotImplementedError("vllm decode_attention_fwd: one query per sequence")
+    lens = lay.lengths(cache_seqlens)
+    if block_table is None:
+        k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
+    dv, dev = v_cache.shape[-1], q.device
+    o = out[:, :, 0, :] if out is not None else torch.empty(B, H, dv, dtype=q.dtype, device=dev)
+    lse = lse_out[:, :, 0] if lse_out is not None else torch.empty(B, H, dtype=torch.float32, device=dev)
+    logits = torch.empty(B, H, num_splits, dv + 1, dtype=torch.float32, device=dev)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    _mod("triton_decode_attention").decode_attention_fwd(
+        q[:, :, 0].contiguous(), k_cache.contiguous(), v_cache.contiguous(), o, lse,
+        block_table.to(torch.int32).contiguous(), torch.tensor(lens, dtype=torch.int32, device=dev), logits,
+        num_splits, sc, page_size=k_cache.shape[1])
+    o4 = out if out is not None else o.unsqueeze(2)
+    return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
+
+
 UNIFIED = ServingTarget("vllm-unified", sdpa=sdpa, decode=decode, lse_base="e", causal_alignment="bottom_right",
                         accepts_out=True, split_rule="power-of-two")
 MERGE = ServingTarget("vllm-triton-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
+TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,
+                              accepts_out=True, split_rule="fixed-splits")
