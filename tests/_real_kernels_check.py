@@ -16,6 +16,8 @@ from attnum.kernels.registry import resolve
 
 
 def cases(name, ctx):
+    if name.endswith(":SGLangDecode"):
+        name = "sglang-decode"
     if name.endswith("merge"):
         return PROBES["merge-two-empty"].run(ctx)
     out = []
@@ -34,6 +36,10 @@ def cases(name, ctx):
 def main():
     numerics, names = sys.argv[1], sys.argv[2:]
     torch.set_num_threads(1)
+    if any(n.startswith("triton-interpret:") for n in names):  # the example adapter imports sglang's module
+        from attnum.kernels import wheels
+
+        wheels.load("sglang", "sglang.srt.layers.attention.triton_ops.decode_attention")
     result = {}
     for name in names:
         target = resolve(name, "cpu", numerics=numerics)

@@ -19,7 +19,9 @@ import pytest
 from attnum.kernels import wheels
 
 HERE = Path(__file__).resolve().parent
-TARGETS = ("sglang-merge", "vllm-triton-merge", "sglang-decode", "vllm-unified")
+ADAPTER = f"triton-interpret:{HERE.parent / 'examples' / 'sglang_decode_adapter.py'}:SGLangDecode"
+TARGETS = ("sglang-merge", "vllm-triton-merge", "sglang-decode", "vllm-unified", "sglang-extend", "vllm-triton-decode",
+           ADAPTER)
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -55,7 +57,7 @@ def test_real_kernels_under_the_gpu_model(fetched):
         assert statuses(got["sglang-merge"][dt]) == {"fail"}, got["sglang-merge"][dt]
         assert all("NaN" in note for *_, note in got["sglang-merge"][dt])
         assert statuses(got["vllm-triton-merge"][dt]) == {"pass"}, got["vllm-triton-merge"][dt]
-    for name in ("sglang-decode", "vllm-unified"):
+    for name in ("sglang-decode", "vllm-unified", "sglang-extend", "vllm-triton-decode", ADAPTER):
         for dt in ("fp16", "bf16"):  # bf16 margins of the same order as fp16's (<= 1 both)
             assert statuses(got[name][dt]) == {"pass"}, (name, dt, got[name][dt])
         # fp32: their tl.dot runs TF32 (Triton's NVIDIA default): far outside an fp32 bound
@@ -79,3 +81,9 @@ def test_unavailable_is_never_a_pass(monkeypatch, tmp_path):
     assert not t.available and "attnum kernels fetch vllm" in t.reason
     report = run_audit(AuditConfig(target="sglang-merge", dtypes="fp32", probes="merge-two-empty"), isolate=False)
     assert not report.available and not report.passed
+
+
+def test_the_docs_decode_adapter_is_short_and_needs_no_attnum():
+    text = (HERE.parent / "examples" / "sglang_decode_adapter.py").read_text()
+    code = text.split('"""', 2)[2]  # after the module docstring
+    assert len(code.strip().splitlines()) < 40 and "import attnum" not in code and "from attnum" not in code

@@ -107,6 +107,10 @@ def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful")
     enable()
     _check_interpreting()
     fn = user.load_user_target(spec)
+    from attnum.kernels.serving import ServingTarget
+
+    if isinstance(fn, ServingTarget):  # a serving adapter (a class with declared attributes)
+        return serving_under(fn, numerics)
     run = under(fn, numerics, full_spec or spec)
 
     @functools.wraps(fn)
