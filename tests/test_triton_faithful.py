@@ -100,3 +100,16 @@ def test_tf32_kernel_fails_fp32_under_the_gpu_model_and_passes_raw():
         rows[numerics] = report.results[0]
     assert rows["raw"].status == "pass", rows["raw"].note
     assert rows["faithful"].status == "fail" and rows["faithful"].ratio > 10, rows["faithful"].note
+
+
+def test_a_triton_the_model_does_not_fit_makes_every_case_unsupported(monkeypatch):
+    needs_triton()
+    from attnum.audit.harness import raised
+    from attnum.kernels import triton_interp, triton_selftest
+
+    monkeypatch.setattr(triton_selftest, "failure", lambda: "bf16 q * k: 32 of 32 differ")
+    fn = triton_interp.under(lambda *a, **kw: 1 / 0, "faithful", "k")  # never reached
+    with pytest.raises(NotImplementedError, match="does not fit") as err:
+        fn()
+    assert raised(err.value).status == "unsupported"
+    assert triton_interp.under(len, "raw") is len  # raw: nothing checked, nothing wrapped
