@@ -87,3 +87,21 @@ def test_the_docs_decode_adapter_is_short_and_needs_no_attnum():
     text = (HERE.parent / "examples" / "sglang_decode_adapter.py").read_text()
     code = text.split('"""', 2)[2]  # after the module docstring
     assert len(code.strip().splitlines()) < 40 and "import attnum" not in code and "from attnum" not in code
+
+
+def test_kernels_fetch_extracts_from_a_cached_wheel_and_refuses_unknown_names(tmp_path, monkeypatch):
+    import shutil
+
+    from attnum.cli import main
+
+    wheel = next(iter(sorted((wheels.cache_dir() / "wheels").glob("sglang-0.5.3-*.whl"))), None)
+    if wheel is None:
+        pytest.skip("no cached sglang wheel (attnum kernels fetch sglang downloads it)")
+    (tmp_path / "wheels").mkdir()
+    shutil.copy(wheel, tmp_path / "wheels")
+    monkeypatch.setenv("ATTNUM_CACHE", str(tmp_path))
+    monkeypatch.setattr(wheels, "installed", lambda pkg: False)
+    assert wheels.missing("sglang")
+    assert main(["kernels", "fetch", "sglang"]) == 0  # no download: the wheel is in the cache
+    assert not wheels.missing("sglang")
+    assert main(["kernels", "fetch", "nope"]) == 2
