@@ -25,8 +25,8 @@ from attnum.errors import AttnumInputError
 from attnum.formats import PRESETS, FloatFormat, get_format
 from attnum.workspace import FRESH, Workspace
 
-RoundingMode = Literal["nearest_even", "toward_zero", "stochastic"]
-MODES = ("nearest_even", "toward_zero", "stochastic")
+RoundingMode = Literal["nearest_even", "nearest_away", "toward_zero", "stochastic"]
+MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _CARRIERS = (torch.float32, torch.float64)
 _NATIVE = {PRESETS["bf16"]: torch.bfloat16, PRESETS["fp16"]: torch.float16}  # by value: e8m7 is bf16
 _FP32 = PRESETS["fp32"]
@@ -43,9 +43,10 @@ def round_to(
 ) -> torch.Tensor:
     """Round every element of ``x`` to ``fmt``; returns a tensor of x's dtype and shape.
 
-    ``mode``: ``nearest_even`` (IEEE default), ``toward_zero`` (truncation; finite overflow gives
-    max), or ``stochastic`` (rounds up with probability equal to the distance from the lower
-    neighbour in ulps; reproducible with ``generator``).
+    ``mode``: ``nearest_even`` (IEEE default), ``nearest_away`` (ties away from zero: PTX's
+    ``cvt.rna``, as for fp32 -> tf32), ``toward_zero`` (truncation; finite overflow gives max), or
+    ``stochastic`` (rounds up with probability equal to the distance from the lower neighbour in ulps;
+    reproducible with ``generator``).
     Overflow: inf for IEEE-like formats, NaN for ``fn`` formats, max for formats with neither,
     max for every format when ``saturate=True``. NaN and inf inputs propagate (inf becomes NaN in
     ``fn`` formats and max in formats without inf, as a hardware cast would). Signed zero is kept.
@@ -210,6 +211,9 @@ def _round_in_place(x, fmt: FloatFormat, mode: str, generator, saturate: bool, w
         x = x.div_(p1).div_(p2)
     if mode == "nearest_even":
         x = x.round_()  # ties to even
+    elif mode == "nearest_away":  # x - trunc(x) is exact, so a tie is seen exactly
+        t = x.trunc()
+        x = torch.where((x - t).abs() == 0.5, t + x.sign(), x.round())
     elif mode == "toward_zero":
         x = x.trunc_()
     else:

@@ -187,12 +187,27 @@ def plan(config: AuditConfig) -> list[tuple[str, Probe]]:
     return [(dtype, probe) for dtype in config.dtypes for probe in select(config.probes)]
 
 
+def numerics_label(config: AuditConfig, fn: Callable | None = None) -> str:
+    """The arithmetic the verdicts ran under: a Triton target's interpreter model
+    (``triton-interp:nvidia-sm90`` / ``triton-interp:raw``), else ``native``."""
+    declared = getattr(fn, "attnum_numerics", None)
+    if declared:
+        return str(declared)
+    from attnum.kernels import triton_interp
+    from attnum.kernels.registry import interpreted_triton
+
+    if config.target and interpreted_triton(config.target, config.device):
+        return triton_interp.label(config.numerics)
+    return "native"
+
+
 def finish(config: AuditConfig, available: bool, reason: str, results: list[ProbeResult], conv: dict,
-           *, isolated: bool) -> AuditReport:
+           *, isolated: bool, fn: Callable | None = None) -> AuditReport:
     # A target that refused every case was not audited: not "passed" (the CLI exits 3).
     refused = _nothing_tested(results)
     if refused:
         available, reason = False, refused
-    return AuditReport(target=config.target, config=config, available=available, reason=reason,
-                       results=tuple(results), environment=environment(config.device), conventions=conv,
-                       isolated=isolated)
+    env = {**environment(config.device), "numerics": numerics_label(config, fn)}
+    name = config.target or getattr(fn, "__name__", repr(fn))
+    return AuditReport(target=name, config=config, available=available, reason=reason,
+                       results=tuple(results), environment=env, conventions=conv, isolated=isolated)

@@ -49,7 +49,7 @@ def _child() -> None:
     from attnum.kernels.registry import resolve
 
     try:
-        target = resolve(config.target, config.device, param="target")
+        target = resolve(config.target, config.device, param="target", numerics=config.numerics)
     except AttnumInputError as err:
         send("input_error", str(err))
         return

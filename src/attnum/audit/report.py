@@ -48,20 +48,26 @@ def environment_line(report: AuditReport) -> str:
     env = report.environment
     if not env:
         return ""
-    return (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
+    line = (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
             f"{env.get('torch_threads')} thread(s), device {env.get('device')}")
+    numerics = env.get("numerics", "native")
+    return line if numerics == "native" else f"{line}, numerics {numerics}"
 
 
 def to_json(report: AuditReport) -> dict:
     """``{"target", "passed", "available", "probes": [{"name", "dtype", "passed", "target_error",
-    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases"}],
-    "rule", "device", "environment"}`` (+ "reason" when nothing was audited)."""
+    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases", "numerics"}],
+    "numerics", "rule", "device", "environment"}`` (+ "reason" when nothing was audited); ``numerics``
+    names the arithmetic the verdicts ran under (``triton-interp:nvidia-sm90`` for an interpreted Triton
+    kernel, ``native`` otherwise)."""
     cfg = report.config
     doc = {
         "target": report.target,
         "passed": report.passed if report.available else None,
         "available": report.available,
-        "probes": [_probe_json(r) for r in report.results],
+        "numerics": report.environment.get("numerics", "native"),
+        "probes": [{**_probe_json(r), "numerics": report.environment.get("numerics", "native")}
+                   for r in report.results],
         "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps,
                  "empty_rows": report.conventions.get("empty_rows", cfg.empty_rows),
                  "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND},
@@ -149,7 +155,7 @@ def to_html(report: AuditReport) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>attnum audit</title><style>"
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
-        "tr.fail td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
+        "tr.fail td,tr.unwritten td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
         "</style>"
         f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
         f"<p>{esc(environment_line(report))}</p><p>{esc(conventions_line(report))}</p>{body}</body></html>")

@@ -28,6 +28,7 @@ from attnum.audit.engine import (  # noqa: F401 - the public names of attnum.aud
     contexts,
     environment,
     finish,
+    numerics_label,
     plan,
     resolve_conventions,
     run_probe,
@@ -43,6 +44,10 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     """
     if isolate is None:
         isolate = config.isolate and target is None
+    if target is None and config.target is None:
+        from attnum.errors import bad_value
+
+        raise bad_value("target", None, "a name in AuditConfig.target or a callable passed to run_audit")
     if isolate:
         if target is not None:
             raise ValueError("isolate=True needs the target by name (config.target), not a callable")
@@ -51,7 +56,7 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     if target is None:
         from attnum.kernels.registry import resolve
 
-        resolved = resolve(config.target, config.device, param="target")
+        resolved = resolve(config.target, config.device, param="target", numerics=config.numerics)
         target, available, reason, declared = resolved.fn, resolved.available, resolved.reason, resolved.declared
     else:
         declared = conventions.declared(target)
@@ -66,6 +71,6 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
             results.append(row)
             if progress is not None:
                 progress(row)
-    return finish(config, available, reason, results, conv, isolated=False)
+    return finish(config, available, reason, results, conv, isolated=False, fn=target)
 
 

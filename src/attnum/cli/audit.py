@@ -13,14 +13,22 @@ from pathlib import Path
 import typer
 
 EXIT_UNAVAILABLE = 3
+HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable).\n\n"
+        "A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter with the GPU's "
+        "arithmetic; see --numerics). Serving kernels (prefill incl. varlen cu_seqlens, decode single- and "
+        "multi-query, paged, merge of 2 and N states) follow docs/audit.md, 'The serving protocol'; SGLang's and "
+        "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge; "
+        "attnum kernels fetch sglang|vllm).")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("audit")
+    @app.command("audit", help=HELP)
     def audit(
         target: str = typer.Argument(..., help="package.module:function, path/file.py:function, or a built-in "
                                                "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
-                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers)"),
+                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
+                                               "sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge), or "
+                                               "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
@@ -43,8 +51,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
         html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
+        numerics: str = typer.Option("faithful", "--numerics",
+                                     help="arithmetic of interpreted Triton kernels: faithful (the GPU's: bf16 "
+                                          "rounding, TF32 dots; verdicts say triton-interp:nvidia-sm90), raw "
+                                          "(Triton's interpreter as is) or faithful-ex2-approx"),
     ) -> int:
-        """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable)."""
+        """Audit an attention kernel (the help text is HELP above)."""
         from attnum.audit.config import AuditConfig
         from attnum.audit.report import print_table, to_html, to_json
         from attnum.audit.runner import run_audit
@@ -58,7 +70,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
-                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate)
+                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
+                          numerics=numerics)
         if html_file is not None:
             check_writable(html_file, "--html")
         from attnum.audit.runner import plan
