@@ -12,7 +12,13 @@ import torch
 from attnum.errors import AttnumInputError
 from attnum.formats import get_format
 from attnum.mx import (
-    BLOCK_FORMATS, E8M0, BlockFormat, block_quantize, block_quantize_reference, element_grid, get_block_format,
+    BLOCK_FORMATS,
+    E8M0,
+    BlockFormat,
+    block_quantize,
+    block_quantize_reference,
+    element_grid,
+    get_block_format,
 )
 
 ML = {"e2m1fn": ml_dtypes.float4_e2m1fn, "e2m3fn": ml_dtypes.float6_e2m3fn, "e3m2fn": ml_dtypes.float6_e3m2fn,

@@ -3,7 +3,6 @@ a rank that fails or dies is reported with its rank, never left hanging."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

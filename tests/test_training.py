@@ -10,11 +10,11 @@ import torch
 
 from attnum.errors import AttnumInputError
 from attnum.studies.training.checkpoints import checkpoint_name, list_checkpoints, load_state, save_checkpoint
-from attnum.workloads.data import CAPTION_TEMPLATES, DigitsData, TextData, caption, shard
 from attnum.studies.training.diverge import headline, workload_config
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import summarise
 from attnum.studies.training.loop import RunConfig, train
+from attnum.workloads.data import CAPTION_TEMPLATES, DigitsData, TextData, caption, shard
 
 
 def test_captions_are_templated_and_four_words():

@@ -21,7 +21,15 @@ import torch
 
 from attnum.attention import masks, steps
 from attnum.attention.sage_quant import (
-    LOG2E32, f32, mma_pv, quantize_blocks, quantize_groups, quantize_p, quantize_v, smooth_k, smooth_q,
+    LOG2E32,
+    f32,
+    mma_pv,
+    quantize_blocks,
+    quantize_groups,
+    quantize_p,
+    quantize_v,
+    smooth_k,
+    smooth_q,
 )
 from attnum.errors import bad_value
 from attnum.lowbit import LowBit

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import torch
 
 from attnum.kernels import triton_model as model
-from attnum.rounding import round_to
 
 
 @dataclass(frozen=True, kw_only=True)

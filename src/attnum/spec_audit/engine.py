@@ -12,7 +12,6 @@ analysis (:mod:`attnum.spec_audit.stats`) unless given; the report states the TV
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +20,6 @@ from attnum.errors import AttnumInputError, bad_value
 from attnum.sampling import SpecProcedure, block_cells, block_index, block_law, spec_law
 from attnum.spec_audit import stats
 from attnum.spec_audit.cases import Case, get_cases
-from attnum.spec_audit.targets import resolve_sampler
 
 _EXACT = SpecProcedure(format="fp64")
 

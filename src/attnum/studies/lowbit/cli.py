@@ -106,7 +106,7 @@ def render(result: dict) -> str:
 
     lines = [text_table(out, ("table", "setting", "published CosSim/L1/RMSE", *dists)), "", "Orderings (1 - CosSim):"]
     for o in result["orderings"]:
-        def tag(d):
+        def tag(d, o=o):
             why = o.get("why", {}).get(d, {})
             return d + (" [" + ", ".join(f"{k} {v:.3g}" for k, v in why.items()) + "]" if why else "")
         lines.append(f"  {o['source']}: {o['claim']}: {o['verdict']}")

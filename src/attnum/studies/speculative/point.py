@@ -17,7 +17,6 @@ from typing import Any
 from attnum.errors import AttnumInputError, bad_value
 from attnum.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
-from attnum.studies.axes import COMMON as COMPARE_FIELDS
 from attnum.studies.point import StudyPoint, from_config
 
 KINDS = ("spec",)
@@ -55,22 +54,8 @@ SPEC_FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 
-class _PointMixin(StudyPoint):
-    """A speculative-decoding point: fields checked against the table above."""
-
-    def _check(self, table: dict[str, tuple[str, Any]]) -> None:
-        for f in dataclasses.fields(self):
-            if f.name in ("kind",):
-                continue
-            allowed, ok = table[f.name] if f.name in table else COMPARE_FIELDS[f.name]
-            if not ok(getattr(self, f.name)):
-                raise bad_value(f.name, getattr(self, f.name), allowed)
-        if self.device != "cpu":
-            raise bad_value("device", self.device, "'cpu' (the studies' emulation runs on CPU)")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SpecPoint(_PointMixin):
+class SpecPoint(StudyPoint):
     """One (format, k) of ``attnum spec`` (exact TV), the other flags as axes."""
 
     kind: str = "spec"
@@ -90,7 +75,7 @@ class SpecPoint(_PointMixin):
     def __post_init__(self) -> None:
         if self.kind != "spec":
             raise bad_value("kind", self.kind, "'spec'")
-        self._check(SPEC_FIELDS)
+        self.check_fields(SPEC_FIELDS)
         object.__setattr__(self, "format", get_format(self.format).name)
         for name in ("logit_std", "draft_noise"):  # 2 and 2.0 are one point
             object.__setattr__(self, name, float(getattr(self, name)))
