@@ -34,6 +34,19 @@ def is_bool(v: Any) -> bool:
     return isinstance(v, bool)
 
 
+def accepts(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    """A check that any value ``parse`` takes without a refusal (AttnumInputError, TypeError, ValueError)."""
+
+    def ok(v: Any) -> bool:
+        try:
+            parse(v)
+        except (AttnumInputError, TypeError, ValueError):
+            return False
+        return True
+
+    return ok
+
+
 def parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
     """A check that asks the core's own parser (formats, policies, tile orders)."""
 

@@ -19,37 +19,22 @@ from typing import Any
 
 from attnum.attention.merge import METHODS
 from attnum.attention.ring import LAYOUTS
-from attnum.errors import AttnumInputError, bad_value
+from attnum.errors import bad_value
 from attnum.formats import get_format
-from attnum.studies.axes import POLICY_NAMES
+from attnum.studies.axes import POLICY_NAMES, accepts, positive_int
 from attnum.studies.point import StudyPoint, from_config
 
 KINDS = ("ring",)
 
 
-def _pos(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _parses(parse):
-    def check(v: Any) -> bool:
-        try:
-            parse(v)
-        except (AttnumInputError, TypeError, ValueError):
-            return False
-        return True
-
-    return check
-
-
 def _policy_ok(v: Any) -> bool:
     from attnum.policy import parse_policy
 
-    return _parses(lambda x: parse_policy(x))(v)
+    return accepts(lambda x: parse_policy(x))(v)
 
 
 RING_FIELDS: dict[str, tuple[str, Any]] = {
-    "shards": ("a positive integer (P, ring ranks; N must split into P (contiguous) or 2P (zigzag) blocks)", _pos),
+    "shards": ("a positive integer (P, ring ranks; N must split into P (contiguous) or 2P (zigzag) blocks)", positive_int),
     "layout": (f"one of {LAYOUTS}", lambda v: v in LAYOUTS),
     "merge_policy": ("a format or policy for the cross-shard merge (e.g. fp32, bf16)", _policy_ok),
     "merge_method": (f"one of {METHODS}", lambda v: v in METHODS),

@@ -38,6 +38,7 @@ from attnum.metrics import deviation
 from attnum.policy import parse_policy
 from attnum.rounding import round_to
 from attnum.studies.axes import COMMON as COMPARE_FIELDS
+from attnum.studies.axes import accepts, opt_positive_int, positive_int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,25 +99,6 @@ class DecodeConfig:
         return {f.name: getattr(self, f.name) for f in fields(DecodeConfig)}
 
 
-def _pos(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _opt_pos(v: Any) -> bool:
-    return v is None or _pos(v)
-
-
-def _ok(parse) -> Any:
-    def check(v: Any) -> bool:
-        try:
-            parse(v)
-        except (AttnumInputError, TypeError, ValueError):
-            return False
-        return True
-
-    return check
-
-
 def _kv_dtype(v: Any) -> bool:
     from attnum.attention.quant import KV_CACHE_DTYPES
 
@@ -126,18 +108,18 @@ def _kv_dtype(v: Any) -> bool:
 def _scale(v: Any) -> bool:
     from attnum.attention.quant import parse_scale
 
-    return not isinstance(v, bool) and _ok(parse_scale)(v)
+    return not isinstance(v, bool) and accepts(parse_scale)(v)
 
 
 DECODE_FIELDS: dict[str, tuple[str, Any]] = {
     "policy": COMPARE_FIELDS["policy"],
     "format": COMPARE_FIELDS["format"],
-    "splits": ("a positive integer (num_splits: split-KV chunks merged, flash-decoding)", _pos),
-    "page_size": ("a positive integer (tokens per page; the kernel tiles by page) or none (contiguous)", _opt_pos),
-    "kv_heads": ("a positive integer dividing heads (G; default heads)", _opt_pos),
-    "lse_base": ("'e' (natural: flash-attn, vLLM) or 2 (FlashInfer)", _ok(parse_lse_base)),
-    "cache_len": ("a positive integer (S, keys in each sequence's cache)", _pos),
-    "queries": ("a positive integer (N, new queries per sequence; 1 = plain decode)", _pos),
+    "splits": ("a positive integer (num_splits: split-KV chunks merged, flash-decoding)", positive_int),
+    "page_size": ("a positive integer (tokens per page; the kernel tiles by page) or none (contiguous)", opt_positive_int),
+    "kv_heads": ("a positive integer dividing heads (G; default heads)", opt_positive_int),
+    "lse_base": ("'e' (natural: flash-attn, vLLM) or 2 (FlashInfer)", accepts(parse_lse_base)),
+    "cache_len": ("a positive integer (S, keys in each sequence's cache)", positive_int),
+    "queries": ("a positive integer (N, new queries per sequence; 1 = plain decode)", positive_int),
     "batch": COMPARE_FIELDS["batch"],
     "heads": COMPARE_FIELDS["heads"],
     "head_dim": COMPARE_FIELDS["head_dim"],
@@ -145,10 +127,10 @@ DECODE_FIELDS: dict[str, tuple[str, Any]] = {
     "seed": COMPARE_FIELDS["seed"],
     "kv_cache_dtype": ("one of auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8 (vLLM's names)", _kv_dtype),
     "kv_scale": ("a positive finite number (vLLM's default 1.0) or 'calibrated'", _scale),
-    "mla_rank": ("a positive integer (MLA latent rank r) or none", _opt_pos),
+    "mla_rank": ("a positive integer (MLA latent rank r) or none", opt_positive_int),
     "absorbed": ("true or false", lambda v: isinstance(v, bool)),
     "split_rule": ("none or a split rule (attnum.attention.split_rules: fa2, flashinfer:2048, sglang-fixed:256, "
-                   "sglang, vllm, vllm-invariant, count:N)", lambda v: v is None or _ok(_split_rule)(v)),
+                   "sglang, vllm, vllm-invariant, count:N)", lambda v: v is None or accepts(_split_rule)(v)),
 }
 
 

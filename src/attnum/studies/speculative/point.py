@@ -14,41 +14,27 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from attnum.errors import AttnumInputError, bad_value
+from attnum.errors import bad_value
 from attnum.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
+from attnum.studies.axes import accepts, positive_int
 from attnum.studies.point import StudyPoint, from_config
 
 KINDS = ("spec",)
-
-
-def _pos(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
-def _parses(parse):
-    def check(v: Any) -> bool:
-        try:
-            parse(v)
-        except (AttnumInputError, TypeError, ValueError):
-            return False
-        return True
-
-    return check
-
-
 SPEC_FIELDS: dict[str, tuple[str, Any]] = {
-    "vocab": ("an integer >= 2 (V)", lambda v: _pos(v) and v >= 2),
-    "k": ("a positive integer (draft tokens per step)", _pos),
-    "draft_format": ("unset (the verified q^) or a format name", lambda v: v is None or _parses(get_format)(v)),
+    "vocab": ("an integer >= 2 (V)", lambda v: positive_int(v) and v >= 2),
+    "k": ("a positive integer (draft tokens per step)", positive_int),
+    "draft_format": ("unset (the verified q^) or a format name", lambda v: v is None or accepts(get_format)(v)),
     "noise": (f"one of {tuple(NOISE)}", lambda v: v in NOISE),
     "q_zero": (f"one of {Q_ZERO}", lambda v: v in Q_ZERO),
     "zero_residual": (f"one of {ZERO_RESIDUAL}", lambda v: v in ZERO_RESIDUAL),
-    "uniform_bits": ("unset (u continuous) or an integer in 1..64", lambda v: v is None or (_pos(v) and v <= 64)),
+    "uniform_bits": ("unset (u continuous) or an integer in 1..64", lambda v: v is None or (positive_int(v) and v <= 64)),
     "logit_std": ("a positive finite number", lambda v: _num(v) and v > 0),
     "draft_noise": ("a non-negative finite number", lambda v: _num(v) and v >= 0),
 }
