@@ -7,6 +7,10 @@
 - ``extend_attention_fwd`` (as SDPA): the N new tokens of each sequence attend to its S - N cached
   prefix tokens (a token pool) and, causally, to one another: bottom-right alignment; S >= N only. Its
   tiles are the non-CUDA branch's (64 x 64 here; sm90 would take 128 x 64): only the order of sums differs.
+- ``context_attention_fwd`` (as SDPA): plain prefill, no cache: B sequences of N tokens packed as tokens
+  (``b_start_loc``, ``b_seq_len``); N = S only (each query's keys are its own sequence), causal or not;
+  no scale argument (it takes 1 / sqrt(d)): another scale is unsupported. Tiles 64 x 64 (non-CUDA branch;
+  sm90 takes 128 x 128).
 
 From the installed ``sglang`` or the pinned wheel (``attnum kernels fetch sglang``; attnum.kernels.wheels).
 On CPU through Triton's interpreter (GPU arithmetic: attnum.kernels.triton_faithful), with CUDA natively.
@@ -84,7 +88,34 @@ def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     return o.reshape(B, N, H, -1).permute(0, 2, 1, 3)
 
 
+def context(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA -> ``context_attention_fwd``: B sequences of N = S tokens, packed (``b_start_loc`` = b N)."""
+    B, H, N, d = query.shape
+    G, S = key.shape[1], key.shape[2]
+    if attn_mask is not None:
+        raise NotImplementedError("sglang context_attention_fwd: no attn_mask")
+    if G != H and not enable_gqa:
+        raise NotImplementedError("sglang context_attention_fwd: G != H needs enable_gqa")
+    if N != S or N == 0:
+        raise NotImplementedError("sglang context_attention_fwd: queries and keys are one sequence (N = S >= 1)")
+    if value.shape[-1] != d:
+        raise NotImplementedError("sglang context_attention_fwd: head dim of V == head dim of Q only")
+    if scale is not None and not math.isclose(float(scale), 1.0 / d ** 0.5, rel_tol=1e-12):
+        raise NotImplementedError("sglang context_attention_fwd: no scale argument (it takes 1 / sqrt(d))")
+
+    def tokens(x):  # (B, G, N, d) -> (B N, G, d)
+        return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[-1]).contiguous()
+
+    o = torch.empty(B * N, H, d, dtype=query.dtype, device=query.device)
+    start = torch.arange(0, B * N, N, dtype=torch.int32, device=query.device)
+    seq = torch.full((B,), N, dtype=torch.int32, device=query.device)
+    _mod("prefill_attention").context_attention_fwd(tokens(query), tokens(key), tokens(value), o, start, seq, N,
+                                                     is_causal=bool(is_causal))
+    return o.reshape(B, N, H, d).permute(0, 2, 1, 3)
+
+
 DECODE = ServingTarget("sglang-decode", decode=decode, lse_base="e", single_query_only=True, accepts_out=True,
                        split_rule="fixed-splits")
 MERGE = ServingTarget("sglang-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
 EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right")
+CONTEXT = ServingTarget("sglang-context", sdpa=context, causal_alignment="bottom_right")
