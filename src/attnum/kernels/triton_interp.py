@@ -75,12 +75,34 @@ def label(numerics: str) -> str:
                                 approx_exp=numerics == "faithful-ex2-approx")
 
 
+def one_thread(fn: Callable) -> Callable:
+    """``fn`` run with one torch thread (restored after). An interpreted kernel is thousands of tiny
+    tensor operations per program instance (a 64 x 16 by 16 x 64 product in the faithful ``tl.dot``):
+    a second thread only adds a barrier per operation, which on a loaded machine waits for a time
+    slice (measured on 2 shared cores: 350 us per such product with 2 threads, 21 us with one).
+    The values do not change: the model's sums are exact products in float64, rounded at named sites."""
+    import torch
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kw)
+        finally:
+            torch.set_num_threads(before)
+
+    return call
+
+
 def under(fn: Callable, numerics: str = "faithful", what: str = "") -> Callable:
-    """``fn`` (which launches interpreted Triton kernels) run under ``numerics``. Faithful numerics
-    need the self-test to pass: otherwise every call raises NotImplementedError (``unsupported``)."""
+    """``fn`` (which launches interpreted Triton kernels) run under ``numerics``, on one torch thread
+    (:func:`one_thread`). Faithful numerics need the self-test to pass: otherwise every call raises
+    NotImplementedError (``unsupported``)."""
     from attnum.kernels import triton_faithful, triton_selftest
 
     check_numerics(numerics)
+    fn = one_thread(fn)
     if numerics == "raw":
         return fn
     wrapped = triton_faithful.wrap(fn, approx_exp=numerics == "faithful-ex2-approx")
