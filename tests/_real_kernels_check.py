@@ -4,12 +4,14 @@ and vLLM's Triton kernels (a few small cases per kernel and dtype), printed as o
 argv: numerics (faithful | raw), then the targets to run."""
 
 import json
+import math
 import sys
 
 import torch
 
 from attnum.audit.harness import ProbeContext
 from attnum.audit.probes import PROBES
+from attnum.attention.paged import to_pages
 from attnum.audit.serving import decode_case, decode_inputs
 from attnum.formats import get_format, torch_dtype
 from attnum.kernels.registry import resolve
@@ -21,11 +23,21 @@ def cases(name, ctx):
     if name.endswith("merge"):
         return PROBES["merge-two-empty"].run(ctx)
     out = []
-    if name in ("vllm-unified", "sglang-extend"):
+    if name == "sglang-context":  # plain prefill: N = S
+        q, k, v = ctx.cast(ctx.randn(2, 4, 40, 64, salt=1), ctx.randn(2, 2, 40, 64, salt=2),
+                           ctx.randn(2, 2, 40, 64, salt=3))
+        return [ctx.check("prefill N=S=40 causal", q, k, v, is_causal=True, enable_gqa=True)]
+    if name == "vllm-prefix-prefill":  # 4 queries over a paged prefix, NaN past the pages, vLLM's layout
+        q, k, v, lens = decode_inputs(ctx, B=2, H=4, G=2, N=4, S=64, d=64, lens=(48, 37), salt=7)
+        kp, table = to_pages(k, 16, cache_seqlens=lens, spare_pages=1, fill=math.nan, seed=16)
+        vp, _ = to_pages(v, 16, cache_seqlens=lens, spare_pages=1, fill=math.nan, seed=16)
+        out.append(decode_case(ctx, "paged decode N=4 L=(48, 37) P=16", q, k, v, cache_seqlens=lens,
+                               block_table=table, pages=(kp, vp)))
+    if name in ("vllm-unified", "sglang-extend", "vllm-prefix-prefill"):
         q, k, v = ctx.cast(ctx.randn(1, 4, 16, 64, salt=1), ctx.randn(1, 2, 40, 64, salt=2),
                            ctx.randn(1, 2, 40, 64, salt=3))
         out.append(ctx.check("prefill N=16 S=40 causal", q, k, v, is_causal=True, enable_gqa=True))
-        if name == "sglang-extend":
+        if name in ("sglang-extend", "vllm-prefix-prefill"):
             return out
     q, k, v, lens = decode_inputs(ctx, B=2, H=4, G=2, N=1, S=64, d=64, lens=(64, 17), salt=5)
     out.append(decode_case(ctx, "decode N=1 L=(64, 17) splits=2", q, k, v, cache_seqlens=lens, num_splits=2,

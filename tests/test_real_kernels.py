@@ -15,13 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnum.kernels import wheels
 
 HERE = Path(__file__).resolve().parent
 ADAPTER = f"triton-interpret:{HERE.parent / 'examples' / 'sglang_decode_adapter.py'}:SGLangDecode"
-TARGETS = ("sglang-merge", "vllm-triton-merge", "sglang-decode", "vllm-unified", "sglang-extend", "vllm-triton-decode",
-           ADAPTER)
+TRITON_ATTENTION = ("sglang-decode", "vllm-unified", "sglang-extend", "vllm-triton-decode", "vllm-prefix-prefill",
+                    "sglang-context", ADAPTER)
+TARGETS = ("sglang-merge", "vllm-triton-merge", *TRITON_ATTENTION)
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -57,15 +59,16 @@ def test_real_kernels_under_the_gpu_model(fetched):
         assert statuses(got["sglang-merge"][dt]) == {"fail"}, got["sglang-merge"][dt]
         assert all("NaN" in note for *_, note in got["sglang-merge"][dt])
         assert statuses(got["vllm-triton-merge"][dt]) == {"pass"}, got["vllm-triton-merge"][dt]
-    for name in ("sglang-decode", "vllm-unified", "sglang-extend", "vllm-triton-decode", ADAPTER):
+    for name in TRITON_ATTENTION:
         for dt in ("fp16", "bf16"):  # bf16 margins of the same order as fp16's (<= 1 both)
             assert statuses(got[name][dt]) == {"pass"}, (name, dt, got[name][dt])
         # fp32: their tl.dot runs TF32 (Triton's NVIDIA default): far outside an fp32 bound
         assert all(status == "fail" and ratio > 100 for _, status, ratio, _ in got[name]["fp32"]), got[name]["fp32"]
 
 
-def test_the_raw_interpreter_gets_bf16_and_fp32_wrong(fetched):
-    got = lean_audit("raw", "sglang-decode")["sglang-decode"]
+@pytest.mark.parametrize("name", ["sglang-decode", "sglang-context"])
+def test_the_raw_interpreter_gets_bf16_and_fp32_wrong(fetched, name):
+    got = lean_audit("raw", name)[name]
     assert all(status == "fail" and ratio > 1e6 for _, status, ratio, _ in got["bf16"]), got["bf16"]  # bits as ints
     assert statuses(got["fp32"]) == {"pass"} and statuses(got["fp16"]) == {"pass"}  # exact fp32 dots
 
@@ -105,3 +108,28 @@ def test_kernels_fetch_extracts_from_a_cached_wheel_and_refuses_unknown_names(tm
     assert main(["kernels", "fetch", "sglang"]) == 0  # no download: the wheel is in the cache
     assert not wheels.missing("sglang")
     assert main(["kernels", "fetch", "nope"]) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_vllm_prefix_prefill_cache_layout_is_vllms(dtype):
+    from attnum.kernels.vllm_prefix_prefill import vllm_cache_layout
+
+    pool_k, pool_v = torch.randn(3, 16, 2, 64).to(dtype), torch.randn(3, 16, 2, 64).to(dtype)
+    k, v = vllm_cache_layout(pool_k, pool_v)
+    x = 16 // pool_k.element_size()  # vLLM: 16 bytes per innermost vector
+    assert k.shape == (3, 2, 64 // x, 16, x) and v.shape == (3, 2, 64, 16)
+    for blk, p, g, dd in ((0, 0, 0, 0), (2, 15, 1, 63), (1, 7, 0, 9), (2, 3, 1, x)):
+        assert k[blk, g, dd // x, p, dd % x] == pool_k[blk, p, g, dd]
+        assert v[blk, g, dd, p] == pool_v[blk, p, g, dd]
+
+
+def test_interpreted_kernels_run_on_one_thread_and_restore_it():
+    from attnum.kernels.triton_interp import one_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = one_thread(lambda: torch.get_num_threads())()
+        assert seen == 1 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
