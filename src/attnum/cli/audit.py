@@ -17,8 +17,8 @@ HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fai
         "A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter with the GPU's "
         "arithmetic; see --numerics). Serving kernels (prefill incl. varlen cu_seqlens, decode single- and "
         "multi-query, paged, merge of 2 and N states) follow docs/audit.md, 'The serving protocol'; SGLang's and "
-        "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, sglang-extend, sglang-context, vllm-unified, vllm-triton-decode, vllm-prefix-prefill, vllm-triton-merge; "
-        "attnum kernels fetch sglang|vllm).")
+        "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, sglang-extend, sglang-context, "
+        "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, vllm-triton-merge; attnum kernels fetch sglang|vllm).")
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Argument(..., help="package.module:function, path/file.py:function, or a built-in "
                                                "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
                                                "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
-                                               "sglang-decode, sglang-merge, sglang-extend, sglang-context, vllm-unified, vllm-triton-decode, vllm-prefix-prefill, vllm-triton-merge), or "
+                                               "sglang-decode, sglang-merge, sglang-extend, sglang-context, "
+                                               "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, "
+                                               "vllm-triton-merge), or "
                                                "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
