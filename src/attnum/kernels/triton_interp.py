@@ -80,7 +80,8 @@ def one_thread(fn: Callable) -> Callable:
     tensor operations per program instance (a 64 x 16 by 16 x 64 product in the faithful ``tl.dot``):
     a second thread only adds a barrier per operation, which on a loaded machine waits for a time
     slice (measured on 2 shared cores: 350 us per such product with 2 threads, 21 us with one).
-    The values do not change: the model's sums are exact products in float64, rounded at named sites."""
+    The values did not change where measured (a full sglang-context fp16 audit: every probe's target
+    error bit-identical with one thread and with two; docs/audit.md, "How long a full audit takes")."""
     import torch
 
     @functools.wraps(fn)
