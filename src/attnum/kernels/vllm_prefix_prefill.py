@@ -111,4 +111,7 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
 
 
 PREFIX_PREFILL = ServingTarget("vllm-prefix-prefill", sdpa=sdpa, decode=decode, lse_base="e",
-                               causal_alignment="bottom_right", accepts_out=True, split_rule="fixed-size")
+                               causal_alignment="bottom_right", empty_rows="zeros", accepts_out=True,
+                               split_rule="fixed-size")
+"""``empty_rows="zeros"``: what ``acc / (l + 1e-10)`` gives a row with no key (acc = l = 0); no case the
+adapter accepts has one (L >= N gives every query its own key)."""
