@@ -28,8 +28,11 @@ def conventions_line(report: AuditReport) -> str:
     if not c:
         return ""
     src = c.get("source", {})
-    return (f"conventions: causal {alignment_label(c['causal_alignment'])} ({src.get('causal_alignment', '?')}), "
+    line = (f"conventions: causal {alignment_label(c['causal_alignment'])} ({src.get('causal_alignment', '?')}), "
             f"empty rows {c['empty_rows']} ({src.get('empty_rows', '?')})")
+    if c.get("emulation"):
+        line += f"; judged against the emulation {c['emulation']} ({src.get('emulation', '?')})"
+    return line
 
 
 def margin(ratio: float) -> str:
