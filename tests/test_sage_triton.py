@@ -57,10 +57,12 @@ def test_sage1_triton_equals_its_emulation_except_past_a_ragged_key_tile(fetched
         # S = 97: the non-causal kernel scores the 31 keys past S (loaded as 0) as 0: far from sage1 ...
         status, ratio, *_ = rows["N=16 S=97"]
         assert status == "fail" and ratio > 10, rows["N=16 S=97"]
-        # ... and what those phantom keys predict, to the output's rounding (half an ulp at 1: 2**-12 fp16,
-        # 2**-9 bf16; raw truncates bf16 stores: a whole ulp)
-        half_ulp = get_format(dt).eps / 2 * (2 if numerics == "raw" else 1)
-        assert rows["S=97 vs phantom keys"] <= half_ulp, rows["S=97 vs phantom keys"]
+        # ... and what those phantom keys predict (in float64, relative to its max |O|): up to the kernel's
+        # own roundings -- P to fp16 and the fp16 accumulator (a relative eps/2 each), the output (half an
+        # ulp; raw truncates bf16 stores: a whole one) -- 4 ulps at the output's scale at most
+        tol = 4 * get_format(dt).eps / 2
+        resid = rows["S=97 vs phantom keys"]
+        assert resid <= tol and resid < rows["N=16 S=97"][2] / 10, (resid, tol, rows["N=16 S=97"])
     # the INT8 kernel misses fp16's bounds (the dtype's rule) on a plain case: why it is judged against sage1
     assert got["fp16"]["N=S=128 fp16 bounds"][0] == "fail"
 
