@@ -67,3 +67,20 @@ def judge(target: torch.Tensor, emulated: torch.Tensor, golden: torch.Tensor, *,
         note += f"; {int((diff > 0).sum())} of {diff.numel()} element(s) differ"
     return Verdict(status="pass" if err <= bound else "fail", target_error=err, baseline_error=e_err,
                    bound=bound, note=note)
+
+
+def verdict(ctx, out, golden, q, k, v, kw: dict, ref_kw: dict) -> Verdict:
+    """One forward case of ``ctx`` (an attnum.audit.harness.ProbeContext with ``emulation`` set): the
+    target's ``out`` judged against the emulation; ``golden`` already holds the declared empty rows."""
+    try:
+        e = emulate(ctx.emulation, q, k, v, causal_alignment=ctx.causal_alignment, **kw)
+    except Exception as exc:  # noqa: BLE001 - the emulation cannot express this case: nothing to compare
+        nan = math.nan
+        return Verdict(status="unsupported", target_error=nan, baseline_error=nan, bound=nan,
+                       note=f"emulation {ctx.emulation}: {type(exc).__name__}: {exc}".splitlines()[0][:300])
+    if ctx.empty_rows != "zeros" and out.shape == golden.shape:
+        empty = ctx.empty(q, k, ref_kw).unsqueeze(-1)
+        e = torch.where(empty, golden, e)
+        if ctx.empty_rows == "any":  # don't care: those rows are not compared
+            out = torch.where(empty, golden, out.double())
+    return judge(out, e, golden, fmt=ctx.fmt, ulps=ctx.floor_ulps, emulation=ctx.emulation)

@@ -246,8 +246,10 @@ class ProbeContext:
         rq, rk, rv = clean if clean is not None else (q, k, v)
         ref_kw = self.reference_kw(rq, rk, **kw)
         g = self.expected(rq, rk, rv, **kw)
-        if self.emulation:
-            return self._check_emulated(label, out, g, rq, rk, rv, kw, ref_kw)
+        if self.emulation:  # judged against the declared emulation (attnum.audit.emulated)
+            from attnum.audit import emulated
+
+            return self.finish(label, emulated.verdict(self, out, g, rq, rk, rv, kw, ref_kw))
         b = reference.baseline(rq, rk, rv, **ref_kw).double()
         if self.empty_rows != "zeros" and out.shape == g.shape:
             empty = self.empty(rq, rk, ref_kw).unsqueeze(-1)
@@ -260,22 +262,6 @@ class ProbeContext:
             extra = terms.score_order_terms(rq, rk, rv, **ref_kw) * terms_coefficient(FP32, rq.shape[-1])
         return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps,
                                         terms=t_o, n_terms=n, extra_floor=extra))
-
-    def _check_emulated(self, label, out, g, q, k, v, kw, ref_kw) -> Case:
-        """A forward case judged against the declared emulation (attnum.audit.emulated)."""
-        from attnum.audit import emulated
-
-        try:
-            e = emulated.emulate(self.emulation, q, k, v, causal_alignment=self.causal_alignment, **kw)
-        except Exception as exc:  # noqa: BLE001 - the emulation cannot express this case
-            return self._case(label, raised(NotImplementedError(f"emulation {self.emulation}: {exc}")))
-        if self.empty_rows != "zeros" and out.shape == g.shape:
-            empty = self.empty(q, k, ref_kw).unsqueeze(-1)
-            e = torch.where(empty, g, e)
-            if self.empty_rows == "any":
-                out = torch.where(empty, g, out.double())
-        return self.finish(label, emulated.judge(out, e, g, fmt=self.fmt, ulps=self.floor_ulps,
-                                                 emulation=self.emulation))
 
     def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
                    row_weight: torch.Tensor | None = None) -> Case:
