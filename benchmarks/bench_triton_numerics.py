@@ -52,7 +52,7 @@ def main() -> None:
             for dt in ("fp16", "bf16", "fp32"):
                 ctx = ProbeContext(target=target.fn, dtype=torch_dtype(dt), fmt=get_format(dt),
                                    causal_alignment=target.declared.get("causal_alignment", "top_left"))
-                lean.cases(name, ctx)
+                lean.cases(name, ctx, numerics)
         return time.perf_counter() - t0
 
     audit("raw")  # warm-up: kernels parsed, modules loaded

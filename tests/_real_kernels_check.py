@@ -17,16 +17,28 @@ from attnum.formats import get_format, torch_dtype
 from attnum.kernels.registry import resolve
 
 
-def cases(name, ctx):
+def ragged(ctx, numerics, lens=(40, 17, 1)):
+    """sglang-context on sequences of lengths ``lens`` packed in one call (b_start_loc = cumulative lengths),
+    each sequence's rows judged on their own (outside the SDPA protocol, which has one N)."""
+    from attnum.kernels import sglang_triton, triton_interp
+
+    seqs = [ctx.cast(ctx.randn(1, 4, L, 64, salt=10 + i), ctx.randn(1, 2, L, 64, salt=20 + i),
+                     ctx.randn(1, 2, L, 64, salt=30 + i)) for i, L in enumerate(lens)]
+    outs = triton_interp.under(sglang_triton.context_varlen, numerics)(*zip(*seqs), is_causal=True)
+    return [ctx.check(f"packed lengths {lens}: L={L} causal", q, k, v, is_causal=True, enable_gqa=True,
+                      out=o.detach().double()) for L, (q, k, v), o in zip(lens, seqs, outs, strict=True)]
+
+
+def cases(name, ctx, numerics="faithful"):
     if name.endswith(":SGLangDecode"):
         name = "sglang-decode"
     if name.endswith("merge"):
         return PROBES["merge-two-empty"].run(ctx)
     out = []
-    if name == "sglang-context":  # plain prefill: N = S
+    if name == "sglang-context":  # plain prefill: N = S; and ragged lengths packed by b_start_loc
         q, k, v = ctx.cast(ctx.randn(2, 4, 40, 64, salt=1), ctx.randn(2, 2, 40, 64, salt=2),
                            ctx.randn(2, 2, 40, 64, salt=3))
-        return [ctx.check("prefill N=S=40 causal", q, k, v, is_causal=True, enable_gqa=True)]
+        return [ctx.check("prefill N=S=40 causal", q, k, v, is_causal=True, enable_gqa=True), *ragged(ctx, numerics)]
     if name == "vllm-prefix-prefill":  # 4 queries over a paged prefix, NaN past the pages, vLLM's layout
         q, k, v, lens = decode_inputs(ctx, B=2, H=4, G=2, N=4, S=64, d=64, lens=(48, 37), salt=7)
         kp, table = to_pages(k, 16, cache_seqlens=lens, spare_pages=1, fill=math.nan, seed=16)
@@ -64,7 +76,7 @@ def main():
                                causal_alignment=conv.get("causal_alignment", "top_left"),
                                empty_rows=conv.get("empty_rows", "zeros"))
             result.setdefault(name, {})[dt] = [(c.label, c.verdict.status, c.verdict.ratio, c.verdict.note)
-                                               for c in cases(name, ctx)]
+                                               for c in cases(name, ctx, numerics)]
     print(json.dumps(result))
 
 

@@ -88,8 +88,24 @@ def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     return o.reshape(B, N, H, -1).permute(0, 2, 1, 3)
 
 
+def context_varlen(qs, ks, vs, *, is_causal=True):
+    """``context_attention_fwd`` on B sequences of their own lengths, packed as tokens: qs[b] (1, H, L_b, d),
+    ks[b], vs[b] (1, G, L_b, d); ``b_start_loc`` = cumulative L_b, ``b_seq_len`` = L_b. Returns the
+    outputs (1, H, L_b, d), one per sequence."""
+    def tokens(x):  # (1, G, L, d) -> (L, G, d)
+        return x[0].permute(1, 0, 2)
+
+    lens = [q.shape[2] for q in qs]
+    q, k, v = (torch.cat([tokens(x) for x in xs]).contiguous() for xs in (qs, ks, vs))
+    o = torch.empty(q.shape[0], q.shape[1], vs[0].shape[-1], dtype=q.dtype, device=q.device)
+    start = torch.tensor([0, *lens[:-1]], device=q.device).cumsum(0).to(torch.int32)
+    seq = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    _mod("prefill_attention").context_attention_fwd(q, k, v, o, start, seq, max(lens), is_causal=bool(is_causal))
+    return [o[s:s + L].permute(1, 0, 2).unsqueeze(0) for s, L in zip(start.tolist(), lens, strict=True)]
+
+
 def context(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """SDPA -> ``context_attention_fwd``: B sequences of N = S tokens, packed (``b_start_loc`` = b N)."""
+    """SDPA -> ``context_attention_fwd``: B sequences of N = S tokens, packed (:func:`context_varlen`)."""
     B, H, N, d = query.shape
     G, S = key.shape[1], key.shape[2]
     if attn_mask is not None:
@@ -102,16 +118,8 @@ def context(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, s
         raise NotImplementedError("sglang context_attention_fwd: head dim of V == head dim of Q only")
     if scale is not None and not math.isclose(float(scale), 1.0 / d ** 0.5, rel_tol=1e-12):
         raise NotImplementedError("sglang context_attention_fwd: no scale argument (it takes 1 / sqrt(d))")
-
-    def tokens(x):  # (B, G, N, d) -> (B N, G, d)
-        return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[-1]).contiguous()
-
-    o = torch.empty(B * N, H, d, dtype=query.dtype, device=query.device)
-    start = torch.arange(0, B * N, N, dtype=torch.int32, device=query.device)
-    seq = torch.full((B,), N, dtype=torch.int32, device=query.device)
-    _mod("prefill_attention").context_attention_fwd(tokens(query), tokens(key), tokens(value), o, start, seq, N,
-                                                     is_causal=bool(is_causal))
-    return o.reshape(B, N, H, d).permute(0, 2, 1, 3)
+    outs = context_varlen(query.split(1), key.split(1), value.split(1), is_causal=is_causal)
+    return torch.cat(outs)
 
 
 DECODE = ServingTarget("sglang-decode", decode=decode, lse_base="e", single_query_only=True, accepts_out=True,
