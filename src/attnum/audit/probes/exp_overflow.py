@@ -6,6 +6,10 @@ upcasts the softmax). Logits sit at ~100 and ~1000 with a
 spread of a few units, so golden is a genuine softmax; a kernel that exponentiates without the max
 produces inf/inf = NaN. Logits ~1000 also run at N = S = 64, 128, 256 (exact tile multiples: the
 unmasked "even" path of tiled kernels).
+Raw products reach ~8000 here, so the order of the q . k sum (scale before or after the dot,
+blocking) moves each logit by ~ sqrt(d) u_fp32 s |q| . |k| and the output with it: the bound allows
+that (``score_order``, as qk-overflow), so a kernel is failed for overflow, NaN or a real excess,
+never for scaling after its dot.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ def run(ctx: ProbeContext) -> list[Case]:
         k[..., 0] = level / (16.0 * scale)  # base logit, plus a N(0, ~1) spread from the rest
         v = ctx.randn(1, 2, S, D, salt=3)
         q, k, v = ctx.cast(q, k, v)
-        cases.append(ctx.check(f"scaled logits ~{level:g}", q, k, v))
+        cases.append(ctx.check(f"scaled logits ~{level:g}", q, k, v, score_order=True))
         cases.append(ctx.check(f"scaled logits ~{level:g} causal", q, k[..., :N, :], v[..., :N, :],
-                               is_causal=True))
+                               is_causal=True, score_order=True))
     level = LEVELS[-1]
     for n in TILE_LENGTHS:
         q, k = ctx.randn(1, 2, n, D, salt=n + 1), ctx.randn(1, 2, n, D, salt=n + 2)
@@ -39,7 +43,8 @@ def run(ctx: ProbeContext) -> list[Case]:
         k[..., 0] = level / (16.0 * scale)
         q, k, v = ctx.cast(q, k, ctx.randn(1, 2, n, D, salt=n + 3))
         for causal in (False, True):
-            cases.append(ctx.check(f"scaled logits ~{level:g} N=S={n} causal={causal}", q, k, v, is_causal=causal))
+            cases.append(ctx.check(f"scaled logits ~{level:g} N=S={n} causal={causal}", q, k, v, is_causal=causal,
+                                   score_order=True))
     return cases
 
 
