@@ -109,9 +109,16 @@ def serve() -> None:
             continue
         try:
             reply = _call(fn, msg, graphs) if op == "call" else _backward(msg, graphs)
+        except SystemExit as exc:  # the parent ends this child and reports it as "exited"
+            out.write(encode({"op": "raised", "id": msg["id"], "type": "SystemExit", "text": repr(exc.code)}))
+            return
         except Exception as exc:  # noqa: BLE001 - the user code's exception is its answer
             reply = {"op": "raised", "id": msg["id"], "type": type(exc).__name__, "text": str(exc)}
-        out.write(encode(reply))
+        try:
+            frame = encode(reply)
+        except Exception as exc:  # noqa: BLE001 - an output that cannot be sent is the call's exception
+            frame = encode({"op": "raised", "id": msg["id"], "type": type(exc).__name__, "text": str(exc)})
+        out.write(frame)
 
 
 def _call(fn, msg: dict, graphs: OrderedDict) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.kernel_server import KernelServer, remote_exception
+from attnum.kernel_server import KernelServer, TargetGone, remote_exception
 from attnum.kernel_wire import WrongOutput
 
 
@@ -27,6 +27,13 @@ def _autocast() -> str | None:
     return None
 
 
+def _raise(server: KernelServer, reply: dict, where: str):
+    if reply.get("type") == "SystemExit":  # the child ends; a call that exits is the target's exit
+        server.close()
+        raise TargetGone("exited", f"the target called sys.exit({str(reply.get('text'))[:60]}), {where}", ready=True)
+    raise remote_exception(reply.get("type"), reply.get("text", ""))
+
+
 def invoke(server: KernelServer, entry: str | None, args: tuple, kw: dict, *, writeback: tuple[str, ...] = ()):
     """One call of the user's function (or its ``entry``) in the server; its checked result."""
     grad_args = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad] \
@@ -34,9 +41,9 @@ def invoke(server: KernelServer, entry: str | None, args: tuple, kw: dict, *, wr
     gens = [v for v in (*args, *kw.values()) if isinstance(v, torch.Generator)]
     reply = server.request({"op": "call", "entry": entry, "args": list(args), "kw": kw, "grad_args": grad_args,
                             "grad_mode": torch.is_grad_enabled(), "autocast": _autocast(),
-                            "writeback": list(writeback)}, f"in the target's {entry or 'call'}")
+                            "writeback": list(writeback)}, where := f"in the target's {entry or 'call'}")
     if reply["op"] == "raised":
-        raise remote_exception(reply.get("type"), reply.get("text", ""))
+        _raise(server, reply, where)
     back = reply.get("writeback")
     for name, value in (back.items() if isinstance(back, dict) else ()):
         mine = kw.get(name)
@@ -67,7 +74,7 @@ class _RemoteGrad(torch.autograd.Function):
         reply = ctx.server.request({"op": "backward", "ref": ctx.call_id, "grad_out": grad_out.contiguous()},
                                    "in the target's backward")
         if reply["op"] == "raised":
-            raise remote_exception(reply.get("type"), reply.get("text", ""))
+            _raise(ctx.server, reply, "in the target's backward")
         grads = reply.get("result")
         if not isinstance(grads, list) or len(grads) != len(ctx.meta):
             raise WrongOutput(f"the target's backward returned {type(grads).__name__}, expected "

@@ -2,8 +2,9 @@
 
 A frame is ``!IQ`` (the header's length, the payload's length), the header (UTF-8 JSON, at most
 :data:`MAX_HEADER` bytes) and the payload (at most :data:`MAX_PAYLOAD` bytes). A value is JSON with
-three markers: ``{"$t": [dtype, shape, device]}`` a tensor whose bytes come next in the payload (in the
-order the markers appear), ``{"$tuple": [...]}`` a tuple, ``{"$obj": "TypeName"}`` a value that is
+these markers: ``{"$t": [dtype, shape, device]}`` a tensor whose bytes come next in the payload (in the
+order the markers appear), ``{"$meta": [dtype, shape, "meta"]}`` a tensor without data, ``{"$f": "nan"}``
+a non-finite float, ``{"$tuple": [...]}`` a tuple, ``{"$obj": "TypeName"}`` a value that is
 not data (the receiver gets an empty object of a class with that name, which every output check
 refuses), ``{"$gen": tensor}`` a ``torch.Generator``'s state.
 
@@ -54,6 +55,8 @@ def encode(msg: dict) -> bytes:
         if isinstance(x, torch.Tensor):
             if str(x.dtype).removeprefix("torch.") not in DTYPES:
                 return {"$obj": f"Tensor_{str(x.dtype).removeprefix('torch.')}"}
+            if x.device.type == "meta":  # no data: its shape, dtype and device are all there is
+                return {"$meta": [str(x.dtype).removeprefix("torch."), list(x.shape), "meta"]}
             chunks.append(_tensor_bytes(x))
             return {"$t": [str(x.dtype).removeprefix("torch."), list(x.shape), x.device.type]}
         if isinstance(x, torch.Generator):
@@ -93,12 +96,14 @@ def decode(head: bytes, payload: bytes, *, device: str | None = None) -> dict:
         raise Malformed("a header that is not an object")
     offset = [0]
 
-    def tensor(spec) -> torch.Tensor:
+    def tensor(spec, meta: bool = False) -> torch.Tensor:
         if not (isinstance(spec, list) and len(spec) == 3 and spec[0] in DTYPES and isinstance(spec[1], list)
                 and len(spec[1]) <= 8 and all(type(n) is int and 0 <= n < 1 << 40 for n in spec[1])
                 and isinstance(spec[2], str)):
             raise Malformed(f"a tensor marker {str(spec)[:80]!r}")
         dtype = DTYPES[spec[0]]
+        if meta:
+            return torch.empty(spec[1], dtype=dtype, device="meta")
         n = math.prod(spec[1]) * torch.empty((), dtype=dtype).element_size()
         if offset[0] + n > len(payload):
             raise Malformed("a payload shorter than its tensors")
@@ -125,6 +130,8 @@ def decode(head: bytes, payload: bytes, *, device: str | None = None) -> dict:
             (key, val), = x.items()
             if key == "$t":
                 return tensor(val)
+            if key == "$meta":
+                return tensor(val, meta=True)
             if key == "$tuple" and isinstance(val, list):
                 return tuple(dec(v, depth + 1) for v in val)
             if key == "$obj":
