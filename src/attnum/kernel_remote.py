@@ -41,7 +41,7 @@ def invoke(server: KernelServer, entry: str | None, args: tuple, kw: dict, *, wr
     gens = [v for v in (*args, *kw.values()) if isinstance(v, torch.Generator)]
     reply = server.request({"op": "call", "entry": entry, "args": list(args), "kw": kw, "grad_args": grad_args,
                             "grad_mode": torch.is_grad_enabled(), "autocast": _autocast(),
-                            "writeback": list(writeback)}, where := f"in the target's {entry or 'call'}")
+                            "writeback": list(writeback)}, where := "in the target's call" + (f" ({entry})" if entry else ""))
     if reply["op"] == "raised":
         _raise(server, reply, where)
     back = reply.get("writeback")
@@ -72,9 +72,9 @@ class _RemoteGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         reply = ctx.server.request({"op": "backward", "ref": ctx.call_id, "grad_out": grad_out.contiguous()},
-                                   "in the target's backward")
+                                   "in the target's call (backward)")
         if reply["op"] == "raised":
-            _raise(ctx.server, reply, "in the target's backward")
+            _raise(ctx.server, reply, "in the target's call (backward)")
         grads = reply.get("result")
         if not isinstance(grads, list) or len(grads) != len(ctx.meta):
             raise WrongOutput(f"the target's backward returned {type(grads).__name__}, expected "
