@@ -30,7 +30,7 @@ def _autocast() -> str | None:
 def _raise(server: KernelServer, reply: dict, where: str):
     if reply.get("type") == "SystemExit":  # the child ends; a call that exits is the target's exit
         server.close()
-        raise TargetGone("exited", f"the target called sys.exit({str(reply.get('text'))[:60]}), {where}", ready=True)
+        raise TargetGone("exited", f"the {server.noun} called sys.exit({str(reply.get('text'))[:60]}), {where}", ready=True)
     raise remote_exception(reply.get("type"), reply.get("text", ""))
 
 
@@ -39,9 +39,10 @@ def invoke(server: KernelServer, entry: str | None, args: tuple, kw: dict, *, wr
     grad_args = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad] \
         if torch.is_grad_enabled() else []
     gens = [v for v in (*args, *kw.values()) if isinstance(v, torch.Generator)]
+    where = f"in the {server.noun}'s call" + (f" ({entry})" if entry else "")
     reply = server.request({"op": "call", "entry": entry, "args": list(args), "kw": kw, "grad_args": grad_args,
                             "grad_mode": torch.is_grad_enabled(), "autocast": _autocast(),
-                            "writeback": list(writeback)}, where := "in the target's call" + (f" ({entry})" if entry else ""))
+                            "writeback": list(writeback)}, where)
     if reply["op"] == "raised":
         _raise(server, reply, where)
     back = reply.get("writeback")
@@ -72,9 +73,9 @@ class _RemoteGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         reply = ctx.server.request({"op": "backward", "ref": ctx.call_id, "grad_out": grad_out.contiguous()},
-                                   "in the target's call (backward)")
+                                   where := f"in the {ctx.server.noun}'s call (backward)")
         if reply["op"] == "raised":
-            _raise(ctx.server, reply, "in the target's call (backward)")
+            _raise(ctx.server, reply, where)
         grads = reply.get("result")
         if not isinstance(grads, list) or len(grads) != len(ctx.meta):
             raise WrongOutput(f"the target's backward returned {type(grads).__name__}, expected "

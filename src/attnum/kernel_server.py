@@ -78,6 +78,7 @@ class KernelServer:
     def __init__(self, kind: str, spec: str, *, device: str = "cpu", timeout: float = 300.0, threads: int = 1,
                  numerics: str = "faithful", block_q: int | None = None, block_k: int | None = None) -> None:
         self.timeout, self.ready, self.next_id, self.info = timeout, False, 0, {}
+        self.noun = "sampler" if kind == "sampler" else "target"  # how messages name the user's code
         self.init = {"op": "init", "kind": kind, "spec": spec, "device": device, "numerics": numerics,
                      "block_q": block_q, "block_k": block_k, "threads": threads, "sys_path": list(sys.path),
                      "parent": os.getpid()}
@@ -92,7 +93,7 @@ class KernelServer:
         self.proc = subprocess.Popen([sys.executable, "-m", "attnum.kernel_server"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, start_new_session=True)
         self._send(self.init)
-        msg = self._recv(self.timeout + IMPORT_GRACE, "importing the target")
+        msg = self._recv(self.timeout + IMPORT_GRACE, "")
         if msg.get("op") == "input_error":
             self.close()
             raise AttnumInputError(str(msg.get("text", "the target does not resolve")).splitlines()[0][:2000])
