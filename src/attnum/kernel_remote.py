@@ -30,7 +30,8 @@ def _autocast() -> str | None:
 def _raise(server: KernelServer, reply: dict, where: str):
     if reply.get("type") == "SystemExit":  # the child ends; a call that exits is the target's exit
         server.close()
-        raise TargetGone("exited", f"the {server.noun} called sys.exit({str(reply.get('text'))[:60]}), {where}", ready=True)
+        code = str(reply.get("text"))[:60]
+        raise TargetGone("exited", f"the {server.noun} called sys.exit({code}), {where}", ready=True)
     raise remote_exception(reply.get("type"), reply.get("text", ""))
 
 
