@@ -943,6 +943,20 @@ def _(tmp):
         Path(f"/proc/{pidfile.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return code in (0, 1) and not alive, f"exit {code}, grandchild {'ALIVE' if alive else 'gone'}"
 
+@attack("kserver", "audit: a target opens the auditor's stdout through /proc/PPID/fd/1 and writes a forged pass")
+def _(tmp):
+    import shutil
+
+    t = target(tmp, "procfd", "import os\ndef attention(q, k, v, **kw):\n    try:\n"
+                              "        open(f'/proc/{os.getppid()}/fd/1', 'w').write('FORGED {\"passed\": true}')\n"
+                              "    except OSError:\n        pass\n" + ZEROS)
+    # root holds CAP_SYS_PTRACE, which opens any process's fds: drop it to be the user this defends
+    drop = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"] \
+        if os.geteuid() == 0 and shutil.which("setpriv") else []
+    p = subprocess.run([*drop, sys.executable, "-m", "attnum", "audit", t, *CHEAP], cwd=tmp, capture_output=True,
+                       text=True, timeout=300, env=env())
+    return p.returncode == 1 and "FORGED" not in p.stdout, f"exit {p.returncode}, forged on stdout: {'FORGED' in p.stdout}"
+
 
 def _diverge_target(tmp: Path, call: str, at_import: str = "") -> str:
     (tmp / "att.py").write_text(f"import os, sys, time, gc, ctypes\nimport torch\nimport torch.nn.functional as F\n"

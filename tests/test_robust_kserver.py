@@ -125,6 +125,26 @@ def test_spec_audit_forged_frames_and_a_patched_run_case_fail(tmp_path, capsys):
     assert code == 1 and doc["verdict"] == "fail" and not (tmp_path / "PWNED").exists(), doc
 
 
+def test_the_child_cannot_write_into_the_auditors_stdout_through_proc(tmp_path):
+    """/proc/PPID/fd/1 is closed to the child (the parent is not dumpable while a server runs). Root
+    holds CAP_SYS_PTRACE, which opens any process's fds: the audit runs without it, as a user would."""
+    import os
+    import shutil
+    import subprocess
+
+    from _sweep_helpers import cli_env
+
+    (tmp_path / "k.py").write_text("import os, torch\ndef attention(q, k, v, **kw):\n    try:\n"
+                                   "        open(f'/proc/{os.getppid()}/fd/1', 'w').write('FORGED')\n"
+                                   "    except OSError:\n        pass\n" + ZEROS)
+    drop = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"] \
+        if os.geteuid() == 0 and shutil.which("setpriv") else []
+    p = subprocess.run([*drop, sys.executable, "-m", "attnum", "audit", f"{tmp_path / 'k.py'}:attention", "--dtype",
+                        "bf16", "--probes", "scale-argument", "--json"], capture_output=True, text=True,
+                       env=cli_env(), timeout=150)
+    assert p.returncode == 1 and "FORGED" not in p.stdout and not json.loads(p.stdout)["passed"], p.stdout[-300:]
+
+
 # ---- diverge: the training stays here ----------------------------------------------------------------
 
 def _attention(tmp_path: Path, call: str) -> str:

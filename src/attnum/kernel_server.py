@@ -36,7 +36,7 @@ import sys
 import time
 
 from attnum.errors import AttnumInputError
-from attnum.isolation import become_subreaper, death, direct_children, kill_tree
+from attnum.isolation import become_subreaper, death, direct_children, kill_tree, set_dumpable
 from attnum.kernel_wire import HEAD, MAX_HEADER, MAX_PAYLOAD, Malformed, decode, encode
 
 IMPORT_GRACE = 60.0  # seconds added to the first call for the child's own start (python, torch, attnum)
@@ -89,6 +89,7 @@ class KernelServer:
         """Start the child and wait for ``ready``: its info; AttnumInputError when the name does not
         resolve; TargetGone when the import dies or hangs."""
         become_subreaper()  # the orphans of a child that exits come here, where close() finds them
+        set_dumpable(False)  # the child cannot open this process's fds through /proc, nor ptrace it
         self._before = direct_children(os.getpid())
         self.proc = subprocess.Popen([sys.executable, "-m", "attnum.kernel_server"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, start_new_session=True)
@@ -175,6 +176,7 @@ class KernelServer:
             with contextlib.suppress(OSError):
                 os.waitpid(orphan, 0)
         become_subreaper(False)
+        set_dumpable(True)
         for f in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError, ValueError):
                 f.close()

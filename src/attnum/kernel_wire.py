@@ -24,7 +24,7 @@ import torch
 
 HEAD = struct.Struct("!IQ")
 MAX_HEADER = 4 << 20  # bytes of JSON
-MAX_PAYLOAD = 8 << 30  # bytes of tensor data in one frame
+MAX_PAYLOAD = 1 << 30  # bytes of tensor data in one frame (what a reply can make the parent hold)
 MAX_DEPTH = 16  # nesting of tuples, lists and dicts in one value
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
