@@ -41,9 +41,9 @@ def register(app: typer.Typer) -> None:
         checkpoints: tuple[Path, Path] | None = typer.Option(
             None, help="Compare two checkpoint folders A B instead of training (safetensors or torch state dicts)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
-        no_isolate: bool = typer.Option(False, "--no-isolate", help="Run a user's --attention/--baseline "
-                                        "(file.py:fn, module:fn) in this process, trusting its code (default: a "
-                                        "kernel server process, attnum.kernel_server)."),
+        isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run a user's --attention/--baseline "
+                                     "(file.py:fn, module:fn) in a kernel server process (attnum.kernel_server); "
+                                     "--no-isolate runs it in this process, trusting its code."),
         timeout: float = typer.Option(300.0, help="Seconds one call of a user's attention may take (isolated)."),
     ) -> None:
         """Train flash vs baseline, a different init seed, and low precision per seed; compare the weights.
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         cfg = DivergeConfig(
             workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,
             block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
-            seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out, isolate=not no_isolate, timeout=timeout,
+            seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out, isolate=isolate, timeout=timeout,
         )
         from attnum.studies.training.loop import AttentionFailed
 
