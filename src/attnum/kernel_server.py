@@ -83,7 +83,7 @@ class KernelServer:
                      "block_q": block_q, "block_k": block_k, "threads": threads, "sys_path": list(sys.path),
                      "parent": os.getpid()}
         self.proc: subprocess.Popen | None = None
-        self.buf = b""
+        self.buf, self._closed = b"", False
 
     def start(self) -> dict:
         """Start the child and wait for ``ready``: its info; AttnumInputError when the name does not
@@ -105,6 +105,8 @@ class KernelServer:
 
     def request(self, msg: dict, what: str) -> dict:
         """Send one call (``msg`` gets a fresh id) and return its checked reply."""
+        if self._closed:
+            raise TargetGone("crashed", f"the server had already been stopped, {what}", ready=self.ready)
         self.next_id += 1
         msg = {**msg, "id": self.next_id}
         self._send(msg)
@@ -166,9 +168,11 @@ class KernelServer:
         raise TargetGone(status, f"{what}{', ' + where if where else ''}", ready=self.ready)
 
     def close(self) -> None:
-        """Kill the child and everything below it (attnum.isolation); safe to call twice."""
-        if self.proc is None:
+        """Kill the child and everything below it (attnum.isolation); safe to call twice (the second
+        call kills nothing: the child's pid may belong to another process by then)."""
+        if self.proc is None or self._closed:
             return
+        self._closed = True
         kill_tree(self.proc.pid)
         self.proc.wait()
         for orphan in direct_children(os.getpid()) - self._before - {self.proc.pid}:
