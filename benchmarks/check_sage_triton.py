@@ -1,7 +1,8 @@
 """SageAttention1's real Triton kernels, run on CPU by Triton's interpreter, against attnum's ``sage1`` emulation.
 
-Fetches the ``sageattention==1.0.6`` wheel (``pip download --no-deps``) into ``--cache`` (outside the
-repository; nothing of it is committed), imports its ``quant_per_block.per_block_int8`` and
+Fetches the ``sageattention==1.0.6`` wheel (``pip download --no-deps``, attnum.kernels.wheels) into
+``~/.cache/attnum`` (outside the repository; nothing of it is committed), imports its
+``quant_per_block.per_block_int8`` and
 ``attn_qk_int8_per_block.forward`` with ``TRITON_INTERPRET=1``, and compares on one input with a channel
 bias in K (smoothed as ``sageattn`` does: ``k - k.mean(dim=seq)`` in fp16):
 
@@ -11,43 +12,31 @@ bias in K (smoothed as ``sageattn`` does: ``k - k.mean(dim=seq)`` in fp16):
   out_dtype=fp16)`` with numpy, not with a tensor core's accumulator, so the output is compared, not required
   to be equal.
 
-    python benchmarks/check_sage_triton.py [--cache ~/.cache/attnum/sageattention] [--seq-len 256]
+    python benchmarks/check_sage_triton.py [--seq-len 256]
+
+attnum's audit of the same kernels under the faithful Triton model: ``attnum audit sage1-triton`` (docs/lowbit.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import zipfile
-from pathlib import Path
-
-
-def _wheel(cache: Path) -> Path:
-    cache.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(cache.glob("sageattention-1.0.6-*.whl"))
-    if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "sageattention==1.0.6", "-d",
-                        str(cache)], check=True)
-        wheels = sorted(cache.glob("sageattention-1.0.6-*.whl"))
-    src = cache / "src"
-    if not (src / "sageattention").is_dir():
-        zipfile.ZipFile(wheels[0]).extractall(src)
-    return src
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "attnum" / "sageattention")
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--head-dim", type=int, default=64)
     args = ap.parse_args()
     os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, str(_wheel(args.cache)))
     import torch
-    from sageattention.attn_qk_int8_per_block import forward
-    from sageattention.quant_per_block import per_block_int8
+
+    from attnum.kernels import wheels
+
+    wheels.fetch("sageattention")  # the pinned wheel, once, into $ATTNUM_CACHE (attnum kernels fetch sageattention)
+    forward = wheels.load("sageattention", "sageattention.attn_qk_int8_per_block").forward
+    per_block_int8 = wheels.load("sageattention", "sageattention.quant_per_block").per_block_int8
 
     from attnum.attention import flash_attention, golden_attention
     from attnum.attention.sage_quant import LOG2E32, f32, quantize_groups, smooth_k

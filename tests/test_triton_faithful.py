@@ -3,6 +3,7 @@ self-test bit for bit, and a verdict that the raw interpreter gets wrong (TF32 i
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,18 @@ def test_tree_sum_rounds_every_level():
     assert model.tree_sum(x, 0, "fp32").item() == 1.0 + 3 * 2.0 ** -8
 
 
+def test_integer_dot_wraps_and_float_to_int_truncates():
+    a = torch.full((1, 64), 127, dtype=torch.int8)
+    b = torch.full((64, 1), -128, dtype=torch.int8)
+    assert model.dot_int(a, b, torch.zeros(1, 1, dtype=torch.int64)).item() == 64 * 127 * -128  # exact
+    big = torch.full((1, 1), 2**31 - 1, dtype=torch.int64)
+    assert model.dot_int(torch.ones(1, 1), torch.ones(1, 1), big).item() == -(2**31)  # int32 wraps
+    assert model.to_int(torch.tensor([127.9, -127.9, 0.5, -0.5]), 8).tolist() == [127, -127, 0, 0]
+    for bad in (math.nan, math.inf, 128.0, -129.0):  # LLVM poison: not modelled
+        with pytest.raises(NotImplementedError, match="not modelled"):
+            model.to_int(torch.tensor([bad]), 8)
+
+
 def test_self_test_passes_and_the_raw_interpreter_fails_it():
     needs_triton()
     code = ("import json; from attnum.kernels import triton_selftest as s\n"
@@ -82,6 +95,8 @@ def test_self_test_passes_and_the_raw_interpreter_fails_it():
     assert len(out["faithful"]) >= 10 and all(ok for _, ok in out["faithful"]), out["faithful"]
     raw = dict(out["raw"])
     assert not raw["bf16 q * k"] and not raw["fp32 -> bf16 store"] and not raw["fp32 tl.dot tf32"], raw
+    # SageAttention's dots: numpy's int8 matmul is exact (as the GPU's); its fp16 accumulator is not the MMA's
+    assert raw["int8 tl.dot -> int32"] and not raw["fp16 tl.dot out_dtype=fp16"], raw
 
 
 @pytest.mark.timeout(300)

@@ -21,7 +21,8 @@ from attnum.kernel_wire import HEAD, decode, encode
 ENTRIES = ("merge_state", "decode", "sdpa")
 MAX_GRAPHS = 64  # autograd graphs kept for backward calls that may still come (oldest dropped)
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
-         "split_rule", "single_query_only", "accepts_out", "attnum_numerics", "attnum_batch_invariant")
+         "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",
+         "attnum_emulation")
 
 
 def _jsonable(x, depth: int = 0) -> bool:

@@ -54,7 +54,9 @@ class AuditConfig:
     a child process (attnum.audit.isolate), so a crash, hang or exit becomes a verdict. target: a
     name, or None when the callable is passed to ``run_audit`` directly. numerics: the arithmetic of
     interpreted Triton kernels ("faithful": the GPU's, "raw": Triton's interpreter as is,
-    "faithful-ex2-approx"; see attnum.kernels.triton_faithful).
+    "faithful-ex2-approx"; see attnum.kernels.triton_faithful). emulation: a policy naming the
+    target's designed arithmetic (``sage1``) to judge forward cases against instead of the rule, ""
+    to turn a declared one off, None to take the target's declaration (attnum.audit.emulated).
     """
 
     target: str | None = None
@@ -71,6 +73,7 @@ class AuditConfig:
     timeout: float = DEFAULT_TIMEOUT
     isolate: bool = True
     numerics: str = "faithful"
+    emulation: str | None = None
 
     def __post_init__(self) -> None:
         if self.target is not None and (not self.target or not isinstance(self.target, str)):
@@ -96,6 +99,10 @@ class AuditConfig:
             object.__setattr__(self, "empty_rows", conventions.empty_rows(self.empty_rows))
         if self.causal_alignment is not None:
             object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
+        if self.emulation is not None:
+            from attnum.kernels.conventions import check_emulation
+
+            object.__setattr__(self, "emulation", check_emulation(self.emulation) or "")
         if self.probes is not None:
             from attnum.audit.probes import select
 

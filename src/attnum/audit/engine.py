@@ -138,6 +138,10 @@ def resolve_conventions(config: AuditConfig, declared: dict[str, str]) -> dict:
             out[name], out["source"][name] = declared[name], "declared"
         else:
             out[name], out["source"][name] = default, "SDPA default"
+    if config.emulation is not None:  # a flag: "none" turns a declared emulation off
+        out["emulation"], out["source"]["emulation"] = config.emulation or None, "flag"
+    elif declared.get("emulation"):
+        out["emulation"], out["source"]["emulation"] = declared["emulation"], "declared"
     return out
 
 
@@ -146,7 +150,8 @@ def contexts(config: AuditConfig, target: Callable, conv: dict, monitor=None) ->
     return {dtype: ProbeContext(target=target, dtype=torch_dtype(dtype), fmt=get_format(dtype), device=config.device,
                                 k=config.k, k_grad=config.k_grad, floor_ulps=config.floor_ulps, strict=config.strict,
                                 empty_rows=conv["empty_rows"], causal_alignment=conv["causal_alignment"],
-                                seed=config.seed, monitor=monitor) for dtype in config.dtypes}
+                                seed=config.seed, emulation=conv.get("emulation"), monitor=monitor)
+            for dtype in config.dtypes}
 
 
 class CaseLog:

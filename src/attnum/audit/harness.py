@@ -131,6 +131,9 @@ class ProbeContext:
     empty_rows: str = "zeros"
     causal_alignment: str = "top_left"
     seed: int = 0
+    # A policy naming the target's designed arithmetic (a declared ``emulation``): forward cases are
+    # judged against it instead of by the rule (attnum.audit.emulated).
+    emulation: str | None = None
     behaviour: bool = field(default=False, repr=False)
     # monitor(event, label, payload): "call" / "returned" around each call of the target, "case"
     # with each finished Case. The isolating runner forwards them to its parent.
@@ -243,6 +246,10 @@ class ProbeContext:
         rq, rk, rv = clean if clean is not None else (q, k, v)
         ref_kw = self.reference_kw(rq, rk, **kw)
         g = self.expected(rq, rk, rv, **kw)
+        if self.emulation:  # judged against the declared emulation (attnum.audit.emulated)
+            from attnum.audit import emulated
+
+            return self.finish(label, emulated.verdict(self, out, g, rq, rk, rv, kw, ref_kw))
         b = reference.baseline(rq, rk, rv, **ref_kw).double()
         if self.empty_rows != "zeros" and out.shape == g.shape:
             empty = self.empty(rq, rk, ref_kw).unsqueeze(-1)

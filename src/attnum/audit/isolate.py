@@ -40,6 +40,10 @@ def _declared(info: dict) -> dict[str, str]:
     for field, norm in (("causal_alignment", conventions.causal_alignment), ("empty_rows", conventions.empty_rows)):
         if isinstance(raw, dict) and raw.get(field) is not None:
             out[field] = norm(str(raw[field]), param=f"target.attnum_{field}")
+    if isinstance(raw, dict) and raw.get("emulation") is not None:  # a policy (attnum.audit.emulated)
+        emulation = conventions.check_emulation(str(raw["emulation"]), param="target.attnum_emulation")
+        if emulation:
+            out["emulation"] = emulation
     return out
 
 

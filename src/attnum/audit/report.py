@@ -28,8 +28,11 @@ def conventions_line(report: AuditReport) -> str:
     if not c:
         return ""
     src = c.get("source", {})
-    return (f"conventions: causal {alignment_label(c['causal_alignment'])} ({src.get('causal_alignment', '?')}), "
+    line = (f"conventions: causal {alignment_label(c['causal_alignment'])} ({src.get('causal_alignment', '?')}), "
             f"empty rows {c['empty_rows']} ({src.get('empty_rows', '?')})")
+    if c.get("emulation"):
+        line += f"; judged against the emulation {c['emulation']} ({src.get('emulation', '?')})"
+    return line
 
 
 def margin(ratio: float) -> str:
@@ -70,7 +73,8 @@ def to_json(report: AuditReport) -> dict:
                    for r in report.results],
         "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps,
                  "empty_rows": report.conventions.get("empty_rows", cfg.empty_rows),
-                 "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND},
+                 "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND,
+                 "emulation": report.conventions.get("emulation")},
         "conventions": report.conventions,
         "isolated": report.isolated,
         "timeout": cfg.timeout,
@@ -130,6 +134,10 @@ def summary(report: AuditReport) -> str:
     if near:
         parts += f"; {near} near bound (> {NEAR_BOUND:.0%})"
     word = "PASSED" if report.passed else "FAILED"
+    emulation = report.conventions.get("emulation")
+    if emulation:  # attnum.audit.emulated: target err = |kernel - emulation|, baseline err = emulation's own
+        return f"{report.target}: {word} ({parts}); rule: |kernel - {emulation}| <= {report.config.floor_ulps:g} " \
+               f"ulp at the output's scale (baseline err: {emulation}'s own error against float64)"
     return f"{report.target}: {word} ({parts}); rule: err <= {report.config.k:g} x baseline + " \
            f"{report.config.floor_ulps:g} ulp + (u + sqrt(n) u_acc) x |terms| (gradients {report.config.k_grad:g} x)"
 

@@ -18,7 +18,8 @@ HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fai
         "arithmetic; see --numerics). Serving kernels (prefill incl. varlen cu_seqlens, decode single- and "
         "multi-query, paged, merge of 2 and N states) follow docs/audit.md, 'The serving protocol'; SGLang's and "
         "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge; "
-        "attnum kernels fetch sglang|vllm).")
+        "attnum kernels fetch sglang|vllm), and SageAttention 1.0.6's (sage1-triton, judged against attnum's sage1 "
+        "emulation; attnum kernels fetch sageattention).")
 
 
 def register(app: typer.Typer) -> None:
@@ -55,6 +56,10 @@ def register(app: typer.Typer) -> None:
                                      help="arithmetic of interpreted Triton kernels: faithful (the GPU's: bf16 "
                                           "rounding, TF32 dots; verdicts say triton-interp:nvidia-sm90), raw "
                                           "(Triton's interpreter as is) or faithful-ex2-approx"),
+        emulation: str | None = typer.Option(None, "--emulation",
+                                             help="judge forward cases against attnum's emulation of the kernel's "
+                                                  "designed arithmetic (a policy, e.g. sage1) instead of the dtype's "
+                                                  "bounds; none: the bounds; default: the target's declaration"),
     ) -> int:
         """Audit an attention kernel (the help text is HELP above)."""
         from attnum.audit.config import AuditConfig
@@ -71,7 +76,7 @@ def register(app: typer.Typer) -> None:
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
-                          numerics=numerics)
+                          numerics=numerics, emulation=emulation)
         if html_file is not None:
             check_writable(html_file, "--html")
         from attnum.audit.runner import plan

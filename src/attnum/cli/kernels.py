@@ -1,6 +1,6 @@
-"""``attnum kernels fetch sglang|vllm``: the pinned wheel, without dependencies, into the user cache.
+"""``attnum kernels fetch sglang|vllm|sageattention``: the pinned wheel, without dependencies, into the user cache.
 
-SGLang's and vLLM's Triton attention kernels (built-in targets ``sglang-*`` / ``vllm-*``) run from the
+SGLang's, vLLM's and SageAttention's Triton kernels (built-in ``sglang-*`` / ``vllm-*`` / ``sage1-triton``) run from the
 installed package, or else from the kernel files of their wheel (attnum.kernels.wheels). Exit 0 when
 the files are there (fetched now or before), 2 for an unknown package, 3 when the download fails.
 """
@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
                           no_args_is_help=True)
 
     @kernels.command("fetch")
-    def fetch(package: str = typer.Argument(..., help="sglang or vllm (pinned: sglang 0.5.3, vllm 0.33.0)")) -> int:
+    def fetch(package: str = typer.Argument(..., help="sglang, vllm or sageattention (pinned: sglang 0.5.3, vllm 0.33.0, "
+                                                              "sageattention 1.0.6)")) -> int:
         """Download PACKAGE's pinned wheel (no dependencies) once and extract its Triton kernel files."""
         from attnum.errors import AttnumEnvironmentError
         from attnum.kernels import wheels

@@ -11,7 +11,9 @@
 Adapters declare them as :class:`attnum.kernels.registry.Kernel` fields (module constants
 ``CAUSAL_ALIGNMENT`` / ``EMPTY_ROWS``), a user's callable as function attributes
 (``fn.attnum_causal_alignment = "bottom_right"``, ``fn.attnum_empty_rows = "nan"``); undeclared
-means SDPA's own contract: top-left, zeros.
+means SDPA's own contract: top-left, zeros. A low-bit kernel may also declare ``attnum_emulation``
+(``"sage1"``): the policy of attnum's emulation of its designed arithmetic, which the auditor then
+judges it against (attnum.audit.emulated).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 EMPTY_ROWS = ("zeros", "nan", "mean-v", "any")
 DEFAULT_CAUSAL_ALIGNMENT = "top_left"
 DEFAULT_EMPTY_ROWS = "zeros"
-ATTRIBUTES = {"causal_alignment": "attnum_causal_alignment", "empty_rows": "attnum_empty_rows"}
+ATTRIBUTES = {"causal_alignment": "attnum_causal_alignment", "empty_rows": "attnum_empty_rows",
+              "emulation": "attnum_emulation"}
 
 
 def causal_alignment(value: object, param: str = "causal_alignment") -> str:
@@ -47,9 +50,38 @@ def declared(fn: object) -> dict[str, str]:
     for field, attr in ATTRIBUTES.items():
         value = getattr(fn, attr, None)
         if value is not None:
+            if field == "emulation":  # a policy naming the designed arithmetic (attnum.audit.emulated)
+                value = check_emulation(value, param=f"{getattr(fn, '__name__', 'target')}.{attr}")
+                if value:
+                    out[field] = value
+                continue
             norm = causal_alignment if field == "causal_alignment" else empty_rows
             out[field] = norm(value, param=f"{getattr(fn, '__name__', 'target')}.{attr}")
     return out
+
+
+def emulation_policy(emulation: str, dtype) -> str:
+    """``sage1`` -> ``sage1:<dtype>``; a spec with its own format (``sage1:fp16,pv_acc=fp32``) as is."""
+    from attnum.formats import format_of_dtype
+
+    return emulation if ":" in emulation else f"{emulation}:{format_of_dtype(dtype).name}"
+
+
+def check_emulation(value: object, param: str = "emulation") -> str | None:
+    """A policy (``sage1``, ``sage1:fp16,pv_acc=fp32``) to judge against; None / "none": the standard rule."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    import torch
+
+    from attnum.errors import AttnumInputError
+    from attnum.policy import parse_policy
+
+    text = value.strip() if isinstance(value, str) else value
+    try:
+        parse_policy(emulation_policy(text, torch.float16))
+    except (AttnumInputError, AttributeError, TypeError, ValueError):
+        raise bad_value(param, value, "a policy naming the kernel's designed arithmetic (e.g. sage1), or none") from None
+    return text
 
 
 def label(alignment: str) -> str:

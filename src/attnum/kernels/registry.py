@@ -38,6 +38,7 @@ from attnum.kernels import (
     pallas_mha,
     pallas_tpu_flash,
     reference,
+    sage_triton,
     serving,
     sglang_triton,
     triton_interp,
@@ -72,6 +73,8 @@ class Kernel:
     triton: bool = False
     # Returns '' when the kernel's code can be loaded here, else why not (e.g. a wheel not fetched).
     requires: Callable[[], str] | None = None
+    # A policy naming its designed arithmetic (a low-bit kernel: "sage1"); the audit judges against it.
+    emulation: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
@@ -146,7 +149,7 @@ def _serving_triton(mod, target: serving.ServingTarget, doc: str) -> Kernel:
     return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
                   causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
                   empty_rows=declared, interpreted=True, triton=True,
-                  requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg))
+                  requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
@@ -165,7 +168,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         (sglang_triton, sglang_triton.EXTEND, "SGLang extend_attention_fwd (Triton; prefill over a prefix, as SDPA)"),
         (vllm_triton, vllm_triton.UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)"),
         (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"),
-        (vllm_triton, vllm_triton.TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)"))),
+        (vllm_triton, vllm_triton.TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)"),
+        (sage_triton, sage_triton.TARGET, "SageAttention 1.0.6 sageattn (Triton; INT8 Q K, fp16 P V; as SDPA)"))),
 )}
 
 
@@ -259,8 +263,10 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = kern.fn
         if ok and kern.triton and interpreted_triton(spec, device):
             fn = triton_interp.serving_under(kern.fn, numerics)
-        return Target(name=spec, fn=fn if ok else None, available=ok, reason=why,
-                      declared={"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows})
+        declared = {"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows}
+        if kern.emulation:
+            declared["emulation"] = kern.emulation
+        return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=declared)
     if spec in reference.NAMES:
         fn = reference.builtin(spec)
     elif sep and kind in reference.FAMILIES:

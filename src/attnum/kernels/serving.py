@@ -37,7 +37,9 @@ protocol"):
   ``unsupported`` without a call);
 - ``accepts_out``: ``decode`` and ``merge_state`` take ``out=`` (and ``lse_out=``) buffers to write
   into. The auditor then poisons them (a NaN with a payload no arithmetic makes) and an element still
-  holding the poison after the call is ``unwritten``.
+  holding the poison after the call is ``unwritten``;
+- ``emulation``: a policy naming the kernel's designed arithmetic (``"sage1"`` for SageAttention's INT8
+  Triton kernel): its SDPA cases are judged against attnum's emulation of it (attnum.audit.emulated).
 
 Adapters translate their package's layout to this one inside these methods; the probes never see it.
 :func:`reference` builds attnum's own serving target (the registry's ``decode:POLICY`` family), which
@@ -59,7 +61,7 @@ ENTRIES = ("sdpa", "decode", "merge_state")
 SPLIT_RULES = ("fixed-splits", "fixed-size", "power-of-two")
 KV_CACHE_DTYPES = ("e4m3fn", "e5m2")
 DECLARED = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
-            "split_rule", "single_query_only", "accepts_out")
+            "split_rule", "single_query_only", "accepts_out", "emulation")
 """The plain attributes :func:`declared_target` reads (module docstring)."""
 
 
@@ -120,7 +122,8 @@ class ServingTarget:
                  decode: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
                  causal_alignment: str | None = None, empty_rows: str | dict | None = None,
                  kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
-                 split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False):
+                 split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
+                 emulation: str | None = None):
         from attnum.attention.merge import empty_convention, parse_lse_base
 
         self.__name__ = self.name = name
@@ -137,6 +140,8 @@ class ServingTarget:
                                                                         param=f"{name}.causal_alignment")
         if "sdpa" in self.empty_rows:
             self.attnum_empty_rows = self.empty_rows["sdpa"]
+        if emulation is not None:
+            self.emulation = self.attnum_emulation = _conv.check_emulation(emulation, param=f"{name}.emulation")
         self.kv_cache_dtype = _kv_dtype(kv_cache_dtype, name)
         for attr, val in (("k_scale", k_scale), ("v_scale", v_scale)):
             if not (isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val) and val > 0):

@@ -7,7 +7,7 @@ dots are exact where NVIDIA's default is TF32), and ``tl.sum`` of bf16 sums bit 
 
 :func:`faithful` swaps, for the duration of a ``with`` block, the operations of the interpreter's
 builder (``interpreter_builder``: ``binary_op``, ``unary_op``, ``cast_impl``, ``create_fp_to_fp``,
-``create_dot``, ``create_fma``, ``create_clampf``) and of its reductions (``ReduceOps.sum``,
+``create_dot`` (float and integer), ``create_fma``, ``create_clampf``, ``create_fp_to_si``) and of its reductions (``ReduceOps.sum``,
 ``ReduceOps.min_max``, ``ScanOps.apply_impl``) for ones that compute what
 :mod:`attnum.kernels.triton_model` says the GPU computes; Triton's own code is not copied, and is
 restored on exit. fp16 element-wise arithmetic is left to numpy, whose float16 operations compute in
@@ -103,7 +103,7 @@ def _install(approx_exp: bool) -> dict:
 
     b, c, TH = I.interpreter_builder, _Codec(), I.TensorHandle
     orig = {k: getattr(b, k) for k in ("binary_op", "unary_op", "cast_impl", "create_fp_to_fp", "create_dot",
-                                       "create_fma", "create_clampf")}
+                                       "create_fma", "create_clampf", "create_fp_to_si")}
     cls = {(I.ReduceOps, "sum"): I.ReduceOps.sum, (I.ReduceOps, "min_max"): I.ReduceOps.min_max,
            (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl}
 
@@ -147,10 +147,20 @@ def _install(approx_exp: bool) -> dict:
         rtz = rounding_mode is not None and rounding_mode == ir.ROUNDING_MODE.RTZ
         return convert(src, dst_type, "toward_zero" if rtz else "nearest_even")
 
+    def create_fp_to_si(src, dst_type):
+        x = c.decode(src)
+        r = model.to_int(x, dst_type.scalar.primitive_bitwidth)
+        return TH(r.numpy().astype(I._get_np_dtype(dst_type)), dst_type.scalar)
+
     def create_dot(a, bb, d, input_precision, max_num_imprecise_acc):
         fa, fb, fd = c.of(a.dtype), c.of(bb.dtype), c.of(d.dtype)
-        if fa is None or fb is None or fd is None:  # integer dots
-            return orig["create_dot"](a, bb, d, input_precision, max_num_imprecise_acc)
+        if fa is None and fb is None and fd is None:  # integer dots (int8 x int8 -> int32)
+            r = model.dot_int(torch.from_numpy(np.asarray(a.data)), torch.from_numpy(np.asarray(bb.data)),
+                              torch.from_numpy(np.asarray(d.data)), acc_bits=d.dtype.scalar.primitive_bitwidth)
+            return TH(r.numpy().astype(d.data.dtype), d.dtype.scalar)
+        if fa is None or fb is None or fd is None:  # mixed integer / float operands: not modelled
+            raise NotImplementedError("tl.dot of mixed integer and float operands is not modelled by attnum's "
+                                      "faithful interpreter")
         r = model.dot(c.decode(a), c.decode(bb), c.decode(d), precision=_precision(input_precision),
                       operand_bits=min(a.dtype.scalar.primitive_bitwidth, bb.dtype.scalar.primitive_bitwidth),
                       out_fmt=fd)
@@ -201,7 +211,8 @@ def _install(approx_exp: bool) -> dict:
         return cls[(I.ScanOps, "apply_impl")](self, input)
 
     new = {"binary_op": binary_op, "unary_op": unary_op, "cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp,
-           "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf}
+           "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf,
+           "create_fp_to_si": create_fp_to_si}
     for k, fn in new.items():
         setattr(b, k, fn)
     I.ReduceOps.sum, I.ReduceOps.min_max, I.ScanOps.apply_impl = reduce_sum, min_max, scan

@@ -94,10 +94,27 @@ def under(fn: Callable, numerics: str = "faithful", what: str = "") -> Callable:
             raise NotImplementedError(f"{what or 'target'}: the faithful Triton model does not fit the installed "
                                       f"triton {triton.__version__} (self-test: {why}); --numerics raw runs the "
                                       "raw interpreter")
-        return wrapped(*args, **kw)
+        try:
+            return wrapped(*args, **kw)
+        except Exception as exc:
+            refused = _not_modelled(exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
     call.attnum_numerics = label(numerics)
     return call
+
+
+def _not_modelled(exc: BaseException) -> NotImplementedError | None:
+    """The NotImplementedError of the faithful model (an operation it does not model) inside the
+    InterpreterError Triton wraps it in, so that the case is ``unsupported``, not ``error``."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, NotImplementedError):
+            return seen
+        seen = seen.__cause__
+    return None
 
 
 def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful") -> Callable:

@@ -25,6 +25,10 @@ What the GPU does, and where it is written down (Triton 3.x, ``third_party/nvidi
   once per tensor-core instruction (:data:`K_STEP`: k = 8 for tf32, 16 for 16-bit, 32 for fp8), and once
   per k for ``ieee`` (Triton's FMA dot). The order inside one instruction and, for fp8 on sm90, the
   tensor core's ~13-bit internal alignment are not modelled.
+- **integer tl.dot** (int8 x int8 -> int32: ``mma.sync`` / ``wgmma`` ``.s8.s8.s32``, SageAttention's
+  Q K^T): exact products and sums in the int32 accumulator, wrapping modulo 2**32 (no ``.satfinite``);
+  :func:`dot_int`. **float -> int casts** (``x.to(tl.int8)``: ``fptosi``, ``cvt.rzi``) truncate toward
+  zero; NaN and out-of-range values are LLVM poison and are not modelled (:func:`to_int` raises).
 - **reductions** (``tl.sum`` of bf16 / fp16 stays in that format: ``standard.py``, ``_pick_sum_dtype``)
   round after every combine; modelled as a halving tree (the order of a warp's butterfly shuffle).
 - **exp / exp2**: ``tl.exp`` lowers to ``ex2.approx.f32`` of ``x * log2(e)``. :func:`exp` is exact
@@ -116,6 +120,32 @@ def dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, precision: str =
     small = torch.where(torch.isnan(small), zero, small)
     big = _mma(a_big, b_big, small, "fp32", step)
     return round_to(big + acc.double(), out_fmt)
+
+
+INT_BITS = (8, 16, 32, 64)
+
+
+def dot_int(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, acc_bits: int = 32) -> torch.Tensor:
+    """``tl.dot`` of integer operands: exact (int64) products and sums plus ``acc``, wrapped to a
+    two's-complement ``acc_bits`` accumulator. Returns int64 values in that range."""
+    r = torch.matmul(a.to(torch.int64), b.to(torch.int64)) + acc.to(torch.int64)
+    span = 1 << acc_bits
+    return (r + span // 2) % span - span // 2
+
+
+def to_int(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """A float -> signed int cast: truncation toward zero (exact in float64: no float rounding). Raises NotImplementedError for NaN, +-inf or a value outside the ``bits``-bit
+    range (LLVM's ``fptosi`` gives poison there: what the GPU returns is not specified)."""
+    if bits not in INT_BITS:
+        raise ValueError(f"{bits=} must be one of {INT_BITS}")
+    t = torch.trunc(x.double())
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    bad = ~torch.isfinite(t) | (t < lo) | (t > hi)
+    if bool(bad.any()):
+        first = x.flatten()[int(bad.flatten().nonzero()[0])].item()
+        raise NotImplementedError(f"a float -> int{bits} cast of {first!r} (NaN or out of range: LLVM poison) "
+                                  "is not modelled by attnum's faithful interpreter")
+    return t.to(torch.int64)
 
 
 def tree_sum(x: torch.Tensor, dim: int, fmt: str) -> torch.Tensor:

@@ -75,6 +75,27 @@ def _checks():
         bits = 8 if dt == torch.float8_e4m3fn else 16
         yield f"{str(dt)[6:]} tl.dot", c, model.dot(a8.double(), b8.double(), zero, operand_bits=bits).float()
 
+    # int8 x int8 -> int32 (the extremes included: 64 * 127 * 128 = 1040384 < 2**31) and an fp16
+    # accumulator (out_dtype=fp16), SageAttention's two dots; fp32 -> int8 with the half-away trick.
+    g = torch.Generator().manual_seed(10)
+    a8 = torch.randint(-128, 128, (16, 64), generator=g, dtype=torch.int8)
+    b8 = torch.randint(-128, 128, (64, 16), generator=g, dtype=torch.int8)
+    a8[0], b8[:, 0] = 127, -128
+    c = torch.empty(16, 16, dtype=torch.int32)
+    K.dot_int8[(1,)](a8, b8, c, M=16, K=64, N=16)
+    yield "int8 tl.dot -> int32", c.double(), model.dot_int(a8, b8, torch.zeros(16, 16, dtype=torch.int64)).double()
+    a16, b16 = _inputs(11, 16, 64).half(), _inputs(12, 64, 16, scale=8.0).half()
+    c = torch.empty(16, 16, dtype=torch.float16)
+    K.dot_fp16_acc[(1,)](a16, b16, c, M=16, K=64, N=16)
+    zero = torch.zeros(16, 16, dtype=torch.float64)
+    yield "fp16 tl.dot out_dtype=fp16", c.double(), model.dot(a16.double(), b16.double(), zero, operand_bits=16,
+                                                              out_fmt="fp16")
+    x = torch.cat([torch.tensor([126.5, -126.5, 0.49999997, -0.5, 127.0, -127.4]), _inputs(13, n - 6, scale=60.0)])
+    y = torch.empty(n, dtype=torch.int8)
+    K.to_int8[(1,)](x, y, N=n)
+    half = torch.where(x >= 0, 0.5, -0.5)
+    yield "fp32 -> int8 (x + 0.5 sign x)", y.double(), model.to_int(model.cast(x.double() + half, "fp32"), 8).double()
+
     x = _inputs(8, n, scale=10.0)
     y = torch.empty(n, dtype=torch.float32)
     K.exp[(1,)](x, y, N=n)

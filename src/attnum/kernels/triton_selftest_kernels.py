@@ -51,3 +51,30 @@ def max_bf16(x_ptr, y_ptr, N: tl.constexpr):
     """y = tl.max(x) of bf16 values (negative ones included)."""
     i = tl.arange(0, N)
     tl.store(y_ptr, tl.max(tl.load(x_ptr + i), axis=0))
+
+
+@triton.jit
+def dot_int8(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
+    """c (int32) = tl.dot(a, b) of int8 operands (SageAttention's Q K^T)."""
+    m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    a = tl.load(a_ptr + m[:, None] * K + k[None, :])
+    b = tl.load(b_ptr + k[:, None] * N + n[None, :])
+    tl.store(c_ptr + m[:, None] * N + n[None, :], tl.dot(a, b))
+
+
+@triton.jit
+def dot_fp16_acc(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
+    """c (fp16) = tl.dot(a, b, out_dtype=fp16) of fp16 operands: an fp16 accumulator (SageAttention's P V)."""
+    m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    a = tl.load(a_ptr + m[:, None] * K + k[None, :])
+    b = tl.load(b_ptr + k[:, None] * N + n[None, :])
+    tl.store(c_ptr + m[:, None] * N + n[None, :], tl.dot(a, b, out_dtype=tl.float16))
+
+
+@triton.jit
+def to_int8(x_ptr, y_ptr, N: tl.constexpr):
+    """y (int8) = x (fp32) rounded half away from zero as SageAttention's quantizer does it."""
+    i = tl.arange(0, N)
+    x = tl.load(x_ptr + i)
+    x += 0.5 * tl.where(x >= 0, 1, -1)
+    tl.store(y_ptr + i, x.to(tl.int8))

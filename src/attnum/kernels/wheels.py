@@ -1,8 +1,8 @@
 """Third-party Triton kernels, from the installed package or from its wheel in a user cache.
 
-SGLang's and vLLM's Triton attention kernels are plain Python files inside their wheels. attnum runs
+SGLang's, vLLM's and SageAttention 1's Triton attention kernels are plain Python files inside their wheels. attnum runs
 them from the installed package when there is one; otherwise ``attnum kernels fetch sglang|vllm``
-downloads the pinned wheel once, without dependencies (``pip download --no-deps``), into
+(or ``sageattention``) downloads the pinned wheel once, without dependencies (``pip download --no-deps``), into
 ``$ATTNUM_CACHE`` (default ``~/.cache/attnum``) and extracts only the kernel files it needs; later runs,
 CI included, reuse them. Nothing of theirs is committed here.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from attnum.errors import AttnumEnvironmentError, bad_value
 
-PINS = {"sglang": "0.5.3", "vllm": "0.33.0"}
-"""The versions attnum fetches (sglang 0.5.3 and vllm 0.33.0: the ones the verdicts in docs/audit.md were
-measured on)."""
+PINS = {"sglang": "0.5.3", "vllm": "0.33.0", "sageattention": "1.0.6"}
+"""The versions attnum fetches (sglang 0.5.3, vllm 0.33.0 and sageattention 1.0.6: the ones the verdicts in
+docs/audit.md and docs/lowbit.md were measured on)."""
 
 FILES = {
     "sglang": ("sglang/srt/layers/attention/triton_ops/decode_attention.py",
@@ -42,6 +42,14 @@ FILES = {
              "vllm/v1/attention/ops/triton_merge_attn_states.py",
              "vllm/v1/attention/ops/triton_decode_attention.py",
              "vllm/v1/attention/ops/prefix_prefill.py"),
+    # SageAttention 1's Triton path (a pure-Python wheel): sageattn's host code and every kernel it calls.
+    "sageattention": ("sageattention/core.py", "sageattention/quant_per_block.py",
+                      "sageattention/quant_per_block_hd96.py", "sageattention/quant_per_block_varlen.py",
+                      "sageattention/attn_qk_int8_per_block.py", "sageattention/attn_qk_int8_per_block_causal.py",
+                      "sageattention/attn_qk_int8_per_block_h96.py",
+                      "sageattention/attn_qk_int8_per_block_h96_causal.py",
+                      "sageattention/attn_qk_int8_block_varlen.py",
+                      "sageattention/attn_qk_int8_per_block_causal_varlen.py"),
 }
 
 
@@ -169,9 +177,11 @@ def _stand_ins(package: str) -> None:
         _module("vllm.logger", init_logger=_logger)
         _module("vllm.platforms", current_platform=_Platform())
         _module("vllm.v1.kv_cache_interface", KVQuantMode=_KVQuantMode)
-    else:
+    elif package == "sglang":
         cuda = torch.cuda.is_available()
         _module("sglang.srt.utils", is_hip=lambda: False, is_cuda=lambda: cuda)
+    else:  # sageattention: no heavy imports; its package path, so that core.py's relative imports resolve
+        _module("sageattention").__path__ = [str(source_dir(package) / "sageattention")]
 
 
 def load(package: str, module: str):
