@@ -762,11 +762,14 @@ def _(tmp):
 def _(tmp):
     out = _store_folder(tmp)
     with sqlite3.connect(out / "attnum.sqlite") as c:
-        c.execute("UPDATE planned SET config = '[]' WHERE rowid = 1")
-        c.execute("UPDATE points SET metrics = '\"x\"' WHERE rowid = 2")
+        # two different points (a sweep runs its points in a shuffled order: rowids do not say which)
+        keys = [k for (k,) in c.execute("SELECT key FROM points ORDER BY rowid LIMIT 2")]
+        c.execute("UPDATE planned SET config = '[]' WHERE key = ?", (keys[0],))
+        c.execute("UPDATE points SET metrics = '\"x\"' WHERE key = ?", (keys[1],))
+        row = c.execute("SELECT rowid FROM planned WHERE key = ?", (keys[0],)).fetchone()[0]
     e = cli("export", out, "-o", tmp / "e.csv", cwd=tmp)
     r = cli("report", out, cwd=tmp)
-    ok = e.returncode == 0 and r.returncode == 0 and "row 1" in e.stderr and "field config" in e.stderr \
+    ok = e.returncode == 0 and r.returncode == 0 and f"row {row} " in e.stderr and "field config" in e.stderr \
         and "field metrics" in e.stderr and "Traceback" not in e.stderr + r.stderr
     return ok, f"export {e.returncode}, report {r.returncode}: {e.stderr.splitlines()[0][-90:] if e.stderr else ''}"
 
