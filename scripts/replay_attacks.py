@@ -5,7 +5,7 @@ Each attack is one thing a new user, a hostile kernel or a bad machine does; eac
 the issue asks for. The script runs them all in fresh processes (``python -m attnum ...``, the
 command a user types), prints one line per attack (``ok`` or ``BAD`` with what was seen) and the
 count, and exits 1 if any misbehaved. It is the closing note's count, and it runs from a fresh
-clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 18 minutes on 2 loaded cores;
+clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 14 minutes on 2 loaded cores;
 ``python scripts/replay_attacks.py round3`` runs issue 19's first 22 alone, about 4 minutes, and
 ``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes).
 
