@@ -5,8 +5,9 @@ Each attack is one thing a new user, a hostile kernel or a bad machine does; eac
 the issue asks for. The script runs them all in fresh processes (``python -m attnum ...``, the
 command a user types), prints one line per attack (``ok`` or ``BAD`` with what was seen) and the
 count, and exits 1 if any misbehaved. It is the closing note's count, and it runs from a fresh
-clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 12 minutes on 2 loaded cores;
-``python scripts/replay_attacks.py round3`` runs issue 19's 22 alone, about 4 minutes).
+clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 14 minutes on 2 loaded cores;
+``python scripts/replay_attacks.py round3`` runs issue 19's first 22 alone, about 4 minutes, and
+``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes).
 
 The pytest suite covers the same ground case by case (tests/test_robust_*.py); this is the
 end-to-end view of the issue's list, in its order.
@@ -761,11 +762,14 @@ def _(tmp):
 def _(tmp):
     out = _store_folder(tmp)
     with sqlite3.connect(out / "attnum.sqlite") as c:
-        c.execute("UPDATE planned SET config = '[]' WHERE rowid = 1")
-        c.execute("UPDATE points SET metrics = '\"x\"' WHERE rowid = 2")
+        # two different points (a sweep runs its points in a shuffled order: rowids do not say which)
+        keys = [k for (k,) in c.execute("SELECT key FROM points ORDER BY rowid LIMIT 2")]
+        c.execute("UPDATE planned SET config = '[]' WHERE key = ?", (keys[0],))
+        c.execute("UPDATE points SET metrics = '\"x\"' WHERE key = ?", (keys[1],))
+        row = c.execute("SELECT rowid FROM planned WHERE key = ?", (keys[0],)).fetchone()[0]
     e = cli("export", out, "-o", tmp / "e.csv", cwd=tmp)
     r = cli("report", out, cwd=tmp)
-    ok = e.returncode == 0 and r.returncode == 0 and "row 1" in e.stderr and "field config" in e.stderr \
+    ok = e.returncode == 0 and r.returncode == 0 and f"row {row} " in e.stderr and "field config" in e.stderr \
         and "field metrics" in e.stderr and "Traceback" not in e.stderr + r.stderr
     return ok, f"export {e.returncode}, report {r.returncode}: {e.stderr.splitlines()[0][-90:] if e.stderr else ''}"
 
@@ -865,6 +869,140 @@ def _(tmp):
     a = one_line_error(cli("sweep", _spec(tmp), "--out", tmp / "a", cwd=tmp), 2, "attnum.lock")
     b = one_line_error(cli("sweep", _spec(tmp), "--out", tmp / "b", cwd=tmp, timeout=60), 2, "attnum.lock")
     return a[0] and b[0] and not (tmp / "a" / "attnum.sqlite").exists(), f"{a[1]} | {b[1]}"
+
+
+# -- the kernel server (issue 19, second part): user code only computes, the parent judges ------------
+
+from _forgery import PATCH_AUDIT, PATCH_SPEC, ZEROS, forge  # noqa: E402 - shared with the tests
+
+DIVERGE = ["--workload", "digits", "--steps", "3", "--ckpt-every", "3", "--seeds", "0,1"]
+
+
+@attack("kserver", "audit: a target writes forged frames (a pickle that runs code, 'done', a 'pass') to every pipe")
+def _(tmp):
+    t = target(tmp, "forge", forge(str(tmp / "PWNED")) + "def attention(q, k, v, **kw):\n    forge_frames()\n" + ZEROS)
+    p = cli("audit", t, *CHEAP, cwd=tmp)
+    pwned = (tmp / "PWNED").exists()
+    return p.returncode == 1 and not pwned and "PASSED" not in p.stdout, f"exit {p.returncode}, code ran here: {pwned}"
+
+
+@attack("kserver", "audit: a wrong target monkeypatches the verdict, engine and report code in its process")
+def _(tmp):
+    t = target(tmp, "patch", PATCH_AUDIT + "def attention(q, k, v, **kw):\n" + ZEROS)
+    p = cli("audit", t, *CHEAP, cwd=tmp)
+    return p.returncode == 1 and "FAILED" in p.stdout, f"exit {p.returncode}: {p.stdout.strip().splitlines()[-1][:80]}"
+
+
+@attack("kserver", "audit: a target that hangs in a call is 'timed out' (per call), killed, the next probe runs")
+def _(tmp):
+    t = target(tmp, "hang", "import time\ndef attention(q, k, v, **kw):\n    if q.shape[-2] == 2:\n"
+                            "        time.sleep(600)\n    return F.scaled_dot_product_attention(q, k, v, **kw)\n")
+    p = cli("audit", t, *CHEAP, "--timeout", "3", "--json", cwd=tmp)
+    try:
+        rows = {r["name"]: r["verdict"] for r in strict_json(p.stdout)["probes"]}
+    except (ValueError, KeyError, TypeError) as why:
+        return False, f"exit {p.returncode}: {why}"
+    ok = p.returncode == 1 and rows.get("odd-lengths") == "timed out" and rows.get("scale-argument") == "pass"
+    return ok, f"exit {p.returncode}, rows {rows}"
+
+
+@attack("kserver", "audit: a target that trickles bytes to the channel never completing a frame still times out")
+def _(tmp):
+    t = target(tmp, "trickle", "import os, stat, time\ndef attention(q, k, v, **kw):\n"
+                               "    fds = [fd for fd in range(3, 64) if os.path.exists(f'/proc/self/fd/{fd}')]\n"
+                               "    for _ in range(2000):\n        for fd in fds:\n"
+                               "            try: os.write(fd, b'\\x00')\n            except OSError: pass\n"
+                               "        time.sleep(0.1)\n")
+    p = cli("audit", t, "--dtype", "bf16", "--probes", "scale-argument", "--timeout", "3", "--json", cwd=tmp)
+    try:
+        rows = {r["name"]: r["verdict"] for r in strict_json(p.stdout)["probes"]}
+    except (ValueError, KeyError, TypeError) as why:
+        return False, f"exit {p.returncode}: {why}"
+    return p.returncode == 1 and rows.get("scale-argument") in ("timed out", "crashed"), f"exit {p.returncode}, {rows}"
+
+
+@attack("kserver", "spec-audit: a sampler writes forged frames (a pickle that runs code) to every pipe")
+def _(tmp):
+    (tmp / "s.py").write_text("import torch\n" + forge(str(tmp / "PWNED")) + "def sampler(p, q, d, generator=None):\n"
+                              "    forge_frames()\n    return torch.zeros(p.shape[0], p.shape[1], dtype=torch.long)\n")
+    code, doc = _spec_audit(tmp, f"{tmp / 's.py'}:sampler")
+    pwned = (tmp / "PWNED").exists()
+    return code == 1 and doc is not None and doc["verdict"] == "fail" and not pwned, f"exit {code}, code ran: {pwned}"
+
+
+@attack("kserver", "spec-audit: a wrong sampler monkeypatches run_case/summary in its process to say pass")
+def _(tmp):
+    (tmp / "s.py").write_text("import torch\n" + PATCH_SPEC + "def sampler(p, q, d, generator=None):\n"
+                              "    return torch.zeros(p.shape[0], p.shape[1], dtype=torch.long)\n")
+    code, doc = _spec_audit(tmp, f"{tmp / 's.py'}:sampler")
+    return code == 1 and doc is not None and doc["verdict"] == "fail", f"exit {code}"
+
+
+@attack("kserver", "spec-audit: a sampler whose child calls setsid(): the grandchild is killed with the tree")
+def _(tmp):
+    pidfile = tmp / "gc.pid"
+    code, doc = _spec_audit(tmp, _sampler(tmp, "", f"if os.fork() == 0: os.setsid(); open({str(pidfile)!r}, 'w')"
+                                               ".write(str(os.getpid())); time.sleep(600)"))
+    alive = pidfile.exists() and Path(f"/proc/{pidfile.read_text()}").exists() and \
+        Path(f"/proc/{pidfile.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return code in (0, 1) and not alive, f"exit {code}, grandchild {'ALIVE' if alive else 'gone'}"
+
+@attack("kserver", "audit: a target opens the auditor's stdout through /proc/PPID/fd/1 and writes a forged pass")
+def _(tmp):
+    import shutil
+
+    t = target(tmp, "procfd", "import os\ndef attention(q, k, v, **kw):\n    try:\n"
+                              "        open(f'/proc/{os.getppid()}/fd/1', 'w').write('FORGED {\"passed\": true}')\n"
+                              "    except OSError:\n        pass\n" + ZEROS)
+    # root holds CAP_SYS_PTRACE, which opens any process's fds: drop it to be the user this defends
+    drop = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"] \
+        if os.geteuid() == 0 and shutil.which("setpriv") else []
+    p = subprocess.run([*drop, sys.executable, "-m", "attnum", "audit", t, *CHEAP], cwd=tmp, capture_output=True,
+                       text=True, timeout=300, env=env())
+    return p.returncode == 1 and "FORGED" not in p.stdout, f"exit {p.returncode}, forged on stdout: {'FORGED' in p.stdout}"
+
+
+def _diverge_target(tmp: Path, call: str, at_import: str = "") -> str:
+    (tmp / "att.py").write_text(f"import os, sys, time, gc, ctypes\nimport torch\nimport torch.nn.functional as F\n"
+                                f"{at_import}\ndef attention(q, k, v, **kw):\n    {call}\n"
+                                "    return F.scaled_dot_product_attention(q, k, v, **kw)\n")
+    return f"{tmp / 'att.py'}:attention"
+
+
+for _what, _imp, _call, _want in (
+        ("calls sys.exit(0) at import", "sys.exit(0)", "pass", "exited"),
+        ("calls sys.exit(0) in a call", "", "sys.exit(0)", "sys.exit(0)"),
+        ("calls os._exit(0) in a call", "", "os._exit(0)", "exited with code 0"),
+        ("segfaults in a call", "", "ctypes.string_at(0)", "SIGSEGV"),
+        ("hangs in a call (--timeout 3)", "", "time.sleep(600)", "timed out"),
+        ("raises in a call", "", "raise ValueError('boom')", "ValueError: boom"),
+        ("returns the wrong shape", "", "return q[..., :1]", "expected a tensor"),
+        ("starts a setsid() grandchild, then hangs", "",
+         "os.fork() == 0 and (os.setsid(), open('gc.pid', 'w').write(str(os.getpid())), time.sleep(600)); "
+         "time.sleep(600)", "timed out")):
+    @attack("kserver", f"diverge --attention file.py:fn that {_what}: exit 1, one line, nothing left running")
+    def _(tmp, _imp=_imp, _call=_call, _want=_want):
+        p = cli("diverge", *DIVERGE, "--attention", _diverge_target(tmp, _call, _imp), "--timeout", "3", "--out", "d",
+                cwd=tmp, timeout=240)
+        ok, seen = one_line_error(p, 1, _want, after_progress=True)
+        pid = (tmp / "gc.pid").read_text() if (tmp / "gc.pid").exists() else None
+        alive = pid is not None and Path(f"/proc/{pid}").exists() and \
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return ok and not alive, f"{seen}{'; grandchild ALIVE' if alive else ''}"
+
+
+@attack("kserver", "diverge: an attention that zeroes the model's weights and stubs AdamW.step trains as plain SDPA")
+def _(tmp):
+    tamper = ("torch.optim.AdamW.step = lambda self, *a, **k: None\n"
+              "    [p.data.zero_() for p in gc.get_objects() if isinstance(p, torch.nn.Parameter)]")
+    a = cli("diverge", *DIVERGE, "--attention", _diverge_target(tmp, tamper), "--out", "a", "--json", cwd=tmp,
+            timeout=300)
+    b = cli("diverge", *DIVERGE, "--attention", "torch-sdpa", "--out", "b", "--json", cwd=tmp, timeout=300)
+    if a.returncode or b.returncode:
+        return False, f"exit {a.returncode} / {b.returncode}: {a.stderr[-120:]}"
+    la = json.loads((tmp / "a" / "results.json").read_text())["runs"]["flash-s0"]["losses"]
+    lb = json.loads((tmp / "b" / "results.json").read_text())["runs"]["flash-s0"]["losses"]
+    return la == lb, f"losses {la} vs plain SDPA {lb}"
 
 
 def main() -> int:

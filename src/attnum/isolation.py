@@ -1,45 +1,25 @@
-"""User code in a child process that is killed whole: the machinery ``attnum audit`` and ``attnum
-spec-audit`` share (each has its own protocol on top: attnum.audit.isolate, attnum.spec_audit.isolate).
+"""Killing user code whole: the process-tree machinery of the kernel server (:mod:`attnum.kernel_server`),
+which every command that runs user code uses (``attnum audit``, ``spec-audit``, ``diverge``).
 
-The parent starts ``python -m MODULE`` in a new POSIX session (``start_new_session``), writes one
-pickled request on its stdin and reads length-prefixed pickled frames from its stdout
-(:meth:`Child.frames`). The child (:func:`child_channel`) points its own stdout at stderr, so whatever
-user code prints never reaches the parent's stdout (``--json`` stays clean), and makes itself a
-*child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a process the user code starts stays below it
-even after its own parent exits, so it cannot leave the tree by double-forking.
+The server child is started in a new POSIX session (``start_new_session``), dies with its parent
+(:func:`die_with_parent`) and makes itself a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a
+process the user code starts stays below it even after its own parent exits, so it cannot leave the
+tree by double-forking.
 
-Killing (:meth:`Child.kill`) walks the tree below the child in ``/proc`` (every descendant, whatever its
+Killing (:func:`kill_tree`) walks the tree below the child in ``/proc`` (every descendant, whatever its
 process group or session: a ``setsid()`` does not escape), stops each one (SIGSTOP, so none forks
 while the tree is walked again), then SIGKILLs all of them, the child's process group and the child.
-The parent is a subreaper too, so a process left behind by a child that has already exited (its
-orphans come to the parent, not to init) is found among the parent's new children and killed as well.
-
-Reading never waits for an EOF that a descendant can withhold: a descendant that inherited the pipe
-keeps it open, so the parent also watches the child itself, and once the child has exited it reads
-what is already in the pipe and stops. A frame longer than :data:`MAX_FRAME` bytes is garbage: the
-child is treated as dead.
+The parent is a subreaper too while a server runs, so a process left behind by a child that has
+already exited (its orphans come to the parent, not to init) is found among the parent's new
+children (:func:`direct_children`) and killed as well.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pickle
-import select
 import signal
-import struct
-import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
-
-HEADER = struct.Struct("!I")
-MAX_FRAME = 256 << 20  # bytes; a longer frame is not a message
-_POLL_S = 0.25  # how often the parent looks whether the child is still alive while it waits
-
-
-class ChildGone(Exception):
-    """The child sent a frame that is not a message (garbage on the channel)."""
 
 
 # -- in the child ------------------------------------------------------------------------------------
@@ -62,31 +42,6 @@ def become_subreaper(on: bool = True) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(36, int(on))
-
-
-def child_channel() -> tuple[Callable[..., None], dict[str, Any]]:
-    """In the child: (send, request). ``send(*msg)`` writes one frame to the parent."""
-    channel = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.set_inheritable(channel.fileno(), False)
-    os.dup2(2, 1)  # whatever user code prints goes to stderr, never into the parent's stdout
-    request = pickle.load(sys.stdin.buffer)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    if os.getppid() != request["parent"]:
-        os._exit(0)  # the parent is already gone
-    die_with_parent()
-    become_subreaper()
-    import faulthandler
-
-    faulthandler.enable()  # a crash leaves the Python stack on stderr
-    sys.path[:] = request["sys_path"]  # the parent's view of importable modules
-
-    def send(*msg: object) -> None:
-        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        channel.write(HEADER.pack(len(data)) + data)
-
-    return send, request
 
 
 # -- in the parent -----------------------------------------------------------------------------------
@@ -138,6 +93,18 @@ def kill_tree(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def set_dumpable(on: bool) -> None:
+    """Linux: ``PR_SET_DUMPABLE``. Off, this process's ``/proc/PID/fd``, ``mem`` and ``environ`` are
+    closed to other processes of the same user and it cannot be ptrace-attached by them: a child running
+    user code cannot open the parent's stdout through ``/proc`` and write a forged document there."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, int(on))
+
+
 def direct_children(pid: int) -> set[int]:
     """The live processes whose parent is ``pid``."""
     out = set()
@@ -150,84 +117,6 @@ def direct_children(pid: int) -> set[int]:
                     if len(fields) > 1 and int(fields[1]) == pid:
                         out.add(int(name))
     return out
-
-
-class Child:
-    """One child process (``python -m module``) and the frames it sends."""
-
-    def __init__(self, module: str, request: dict[str, Any]) -> None:
-        become_subreaper()  # the orphans of a child that exits come here, where kill() finds them
-        self._before = direct_children(os.getpid())
-        self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     start_new_session=True)
-        request = {**request, "sys_path": list(sys.path), "parent": os.getpid()}
-        try:
-            self.proc.stdin.write(pickle.dumps(request))
-            self.proc.stdin.close()
-        except BrokenPipeError:
-            pass  # it died at once: the next read says how
-        self.fd = self.proc.stdout.fileno()
-        self.buf = b""
-        self.budget = 0.0
-
-    def _parse(self) -> Iterator[tuple]:
-        while len(self.buf) >= HEADER.size:
-            (n,) = HEADER.unpack_from(self.buf)
-            if n > MAX_FRAME:
-                raise ChildGone(f"a frame of {n} bytes")
-            if len(self.buf) < HEADER.size + n:
-                return
-            data, self.buf = self.buf[HEADER.size:HEADER.size + n], self.buf[HEADER.size + n:]
-            try:
-                yield pickle.loads(data)
-            except Exception as err:  # noqa: BLE001 - bytes that do not unpickle: not our child's message
-                raise ChildGone(f"an unreadable frame ({type(err).__name__})") from None
-
-    def frames(self, timeout: float) -> Iterator[tuple]:
-        """Yield messages; ends at EOF, or once the child has exited and the pipe holds nothing more
-        (a descendant holding the pipe open cannot make this wait). Raises TimeoutError after
-        ``self.budget`` s without a message (``timeout`` until the caller changes it)."""
-        self.budget = timeout
-        import time
-
-        while True:
-            yield from self._parse()
-            silent_since = time.monotonic()
-            while True:
-                ready, _, _ = select.select([self.fd], [], [], min(_POLL_S, self.budget))
-                if ready:
-                    break
-                if self.proc.poll() is not None:  # exited: what it wrote is in the pipe already
-                    ready, _, _ = select.select([self.fd], [], [], 0)
-                    if not ready:
-                        return
-                    break
-                if time.monotonic() - silent_since >= self.budget:
-                    raise TimeoutError
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return
-            self.buf += chunk
-
-    def kill(self) -> int:
-        """Kill the child and everything below it (module doc); its exit status."""
-        kill_tree(self.proc.pid)
-        rc = self.proc.wait()
-        for orphan in direct_children(os.getpid()) - self._before - {self.proc.pid}:
-            kill_tree(orphan)  # left by the child before it exited, re-parented here
-            with contextlib.suppress(OSError):
-                os.waitpid(orphan, 0)
-        become_subreaper(False)  # this process goes back to what it was
-        if not self.proc.stdout.closed:
-            self.proc.stdout.close()
-        return rc
-
-    def status(self) -> int:
-        """The exit status once the child has ended (it may take a moment to be reaped)."""
-        try:
-            return self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            return self.kill()
 
 
 def death(rc: int) -> tuple[str, str]:

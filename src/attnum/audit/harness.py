@@ -26,6 +26,7 @@ from attnum.attention import masks
 from attnum.audit import reference, terms
 from attnum.audit.verdict import SEVERITY, Verdict, judge, terms_coefficient
 from attnum.formats import FloatFormat, get_format
+from attnum.kernel_wire import WrongOutput
 from attnum.kernels.conventions import CAUSAL_ALIGNMENTS
 from attnum.kernels.conventions import EMPTY_ROWS as EMPTY_ROW_CONVENTIONS
 from attnum.rounding import round_to
@@ -39,10 +40,9 @@ __all__ = ["CAUSAL_ALIGNMENTS", "EMPTY_ROW_CONVENTIONS", "Case", "Probe", "Probe
 _REFUSALS = ("No available kernel", "No viable backend", "not implemented for", "not supported")
 
 
-class WrongOutput(Exception):
-    """The target returned something other than a (B, H, N, dv) tensor of the inputs' dtype on the
-    audited device: a failure of the case, whatever its values."""
-
+# WrongOutput: the target returned something other than a (B, H, N, dv) tensor of the inputs' dtype
+# on the audited device (or, through a kernel server, a gradient of the wrong shape): a failure of the
+# case, whatever its values.
 
 def raised(exc: BaseException) -> Verdict:
     """The verdict for a kernel that raised: "unsupported" for a declared limitation, "fail" for a

@@ -1,94 +1,55 @@
-"""Run the audited target in a child process, so that nothing it does ends the audit.
+"""Run the audited target in a kernel server, so that nothing it does ends the audit or forges a verdict.
 
-The parent (:func:`run_isolated`) starts ``python -m attnum.audit.isolate`` in its own process group
-and sends it the config and the index of the first (dtype, probe) to run. The child imports and
-resolves the target itself (a ``sys.exit`` or a crash at import is the child's death, not the
-parent's), points its stdout at stderr (so ``--json`` stays clean) and sends back, over its
-original stdout, length-prefixed pickles:
+The probes, the references and the verdicts run here, in the parent. The target runs in a child
+process (:mod:`attnum.kernel_server`) that resolves it (a ``sys.exit`` or a crash at import is the
+child's death, not the parent's) and only computes it: each call of ``ctx.target`` (and each backward
+of its output) is one request with the inputs as raw tensor bytes, answered with the outputs as data
+that the parent checks like any output (:mod:`attnum.kernel_remote`). What the target writes to the
+channel or patches in its own process is at most a wrong output for one call; no frame the child
+sends is a case, a row or a verdict.
 
-    ("ready", info)          the target resolved: availability, declared conventions
-    ("input_error", text)    the name does not resolve (the CLI exits 2 with that line)
-    ("start", i)             probe i of the plan begins
-    ("call" | "returned", i, label)   the heartbeat around each call of the target
-    ("case", i, Case)        a case finished
-    ("row", i, ProbeResult)  probe i finished
-    ("done",)
-
-Every message restarts the parent's clock; ``config.timeout`` seconds of silence is a hang. When the
-child dies or hangs, its process group is killed, the probe in flight gets a row ``crashed`` (the
-signal), ``timed out`` (after how long, at which case) or ``exited`` (the exit code, 0 included) with
-the cases it had finished, and a fresh child continues with the next probe. A death before "ready"
-is the target's import: one row, and the audit stops there.
+Each call has ``config.timeout`` seconds. When the child dies, hangs or breaks the protocol, its
+whole tree is killed, the probe in flight gets a row ``crashed`` (the signal, or the malformed
+reply), ``timed out`` (after how long, at which case) or ``exited`` (the exit code, 0 included) with
+the cases it had finished, and a fresh child serves the next probe. A death before the target
+resolved is its import: one row, and the audit stops there.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
+
+import torch
 
 from attnum.audit import engine as runner  # not attnum.audit.runner: that module imports this one
 from attnum.audit.config import AuditConfig
 from attnum.audit.harness import Case
-from attnum.errors import AttnumInputError
-from attnum.isolation import Child, ChildGone, child_channel, death
+from attnum.kernel_remote import RemoteTarget
+from attnum.kernel_server import IMPORT_GRACE, KernelServer, TargetGone
+from attnum.kernels import conventions
 
-IMPORT_GRACE = 60.0  # seconds added to the timeout for the child's own start (python, torch, attnum)
+__all__ = ["IMPORT_GRACE", "IMPORT_ROW", "run_isolated"]
 IMPORT_ROW = "target-import"  # the row of a target that dies while it is being imported
 
 
-# -- the child -------------------------------------------------------------------------------------
-
-def _child() -> None:
-    send, request = child_channel()  # stdout to stderr, subreaper, faulthandler, the parent's sys.path
-    import torch
-
-    torch.set_num_threads(request["threads"])
-    config: AuditConfig = request["config"]
-    from attnum.kernels.registry import resolve
-
-    try:
-        target = resolve(config.target, config.device, param="target", numerics=config.numerics)
-    except AttnumInputError as err:
-        send("input_error", str(err))
-        return
-    conv = runner.resolve_conventions(config, target.declared)
-    send("ready", {"available": target.available, "reason": target.reason, "conventions": conv})
-    if not target.available:
-        return
-    index = [request["start"]]
-    log = runner.CaseLog(forward=lambda event, label, payload: send(event, index[0], label, payload))
-    ctxs = runner.contexts(config, target.fn, conv, monitor=log)
-    for i, (dtype, probe) in enumerate(runner.plan(config)):
-        if i < request["start"]:
-            continue
-        index[0] = i
-        send("start", i)
-        t0 = time.perf_counter()
-        row = runner._row(probe.name, dtype, runner.run_probe(probe, ctxs[dtype], log), time.perf_counter() - t0)
-        send("row", i, row)
-    send("done")
-
-
-# -- the parent ------------------------------------------------------------------------------------
-
-class _Child(Child):
-    """One child process and the frames it sends (attnum.isolation: killed whole, setsid included)."""
-
-    def __init__(self, config: AuditConfig, start: int) -> None:
-        super().__init__("attnum.audit.isolate", {"config": config, "start": start, "threads": _threads()})
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
+def _declared(info: dict) -> dict[str, str]:
+    """The conventions the child says the target declares, checked as the in-process path checks them."""
+    raw = info.get("declared")
+    out = {}
+    for field, norm in (("causal_alignment", conventions.causal_alignment), ("empty_rows", conventions.empty_rows)):
+        if isinstance(raw, dict) and raw.get(field) is not None:
+            out[field] = norm(str(raw[field]), param=f"target.attnum_{field}")
+    if isinstance(raw, dict) and raw.get("emulation") is not None:  # a policy (attnum.audit.emulated)
+        emulation = conventions.check_emulation(str(raw["emulation"]), param="target.attnum_emulation")
+        if emulation:
+            out["emulation"] = emulation
+    return out
 
 
 def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], None] | None = None
                  ) -> runner.AuditReport:
-    """:func:`attnum.audit.runner.run_audit` with the target in child processes (see the module doc)."""
+    """:func:`attnum.audit.runner.run_audit` with the target in kernel servers (see the module doc)."""
     from attnum.kernels import user
     from attnum.kernels.registry import resolve
 
@@ -108,77 +69,37 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
         if progress is not None:
             progress(row)
 
-    start = 0
-    while start < len(todo):
-        child = _Child(config, start)
-        ready, in_flight, cases, label, t_probe, outcome = False, None, [], "", time.perf_counter(), "eof"
-        in_call = False
-        try:
-            for msg in child.frames(config.timeout + IMPORT_GRACE):
-                kind = msg[0]
-                if kind == "input_error":
-                    raise AttnumInputError(msg[1])
-                if kind == "ready":
-                    ready, conv = True, msg[1]["conventions"]
-                    if not msg[1]["available"]:
-                        outcome = "unavailable"
-                        break
-                    child_timeout = config.timeout
-                elif kind == "start":
-                    in_flight, cases, label, t_probe, in_call = msg[1], [], "", time.perf_counter(), False
-                elif kind == "call":
-                    label, in_call = msg[2] or f"call in {todo[msg[1]][1].name}", True
-                elif kind == "returned":
-                    in_call = False
-                elif kind == "case":
-                    cases.append(msg[3])
-                    in_call = False
-                elif kind == "row":
-                    add(msg[2])
-                    start, in_flight = msg[1] + 1, None
-                elif kind == "done":
-                    outcome = "done"
+    server: KernelServer | None = None
+    target = None
+    i = 0
+    try:
+        while i < len(todo):
+            t_probe = time.perf_counter()
+            if server is None:
+                server = KernelServer("attention", config.target, device=config.device, timeout=config.timeout,
+                                      threads=torch.get_num_threads(), numerics=config.numerics)
+                try:
+                    info = server.start()  # AttnumInputError: the name does not resolve (exit 2)
+                except TargetGone as gone:
+                    verdict = runner.aborted(gone.status, f"{gone.what} while importing the target")
+                    add(runner._row(IMPORT_ROW, ",".join(config.dtypes), [Case(label="import", verdict=verdict)],
+                                    time.perf_counter() - t_probe))
                     break
-                if ready:
-                    child.budget = child_timeout
-        except TimeoutError:
-            outcome = "timeout"
-        except ChildGone:
-            outcome = "eof"  # garbage on the channel: the child is treated as dead
-        except BaseException:
-            child.kill()
-            raise
-        if outcome == "unavailable":
-            child.kill()
-            return runner.finish(config, False, msg[1]["reason"], results, conv, isolated=True)
-        if outcome == "done":
-            child.kill()  # also whatever the target left running in its group
-            break
-        if outcome == "timeout":
-            child.kill()
-            status, what = "timed out", f"no answer within {config.timeout:g} s"
-        else:
-            status, what = death(child.status())
-            child.kill()
-        if not ready:
-            add(runner._row(IMPORT_ROW, ",".join(config.dtypes),
-                            [Case(label="import", verdict=runner.aborted(status, f"{what} while importing the target"))],
-                            time.perf_counter() - t_probe))
-            break
-        i = start if in_flight is None else in_flight
-        dtype, probe = todo[i]
-        if not label:
-            where = "before any call of the target through ctx.call in this probe"
-        else:
-            where = "in the target's call" if in_call else "after the target returned (attnum judging the case)"
-        cases.append(Case(label=label or "probe", verdict=runner.aborted(status, f"{what}, {where}")))
-        add(runner._row(probe.name, dtype, cases, time.perf_counter() - t_probe))
-        start = i + 1
-    return runner.finish(config, True, "", results, conv, isolated=True)
-
-
-if __name__ == "__main__":
-    _child()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # atexit handlers and threads the target left behind must not hold the child
+                conv = runner.resolve_conventions(config, _declared(info))
+                if info.get("available") is not True:
+                    return runner.finish(config, False, str(info.get("reason", "")), results, conv, isolated=True)
+                target = RemoteTarget(server)
+                log = runner.CaseLog()
+                ctxs = runner.contexts(config, target, conv, monitor=log)
+            dtype, probe = todo[i]
+            try:
+                cases = runner.run_probe(probe, ctxs[dtype], log)
+            except TargetGone as gone:
+                server = None  # killed whole by KernelServer; the next probe gets a fresh one
+                cases = [*log.cases, Case(label=log.label or "probe", verdict=runner.aborted(gone.status, gone.what))]
+            add(runner._row(probe.name, dtype, cases, time.perf_counter() - t_probe))
+            i += 1
+    finally:
+        if server is not None:
+            server.close()  # also whatever the target left running in its tree
+    return runner.finish(config, True, "", results, conv, isolated=True, fn=target)

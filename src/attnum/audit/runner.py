@@ -1,6 +1,6 @@
 """Run the probe catalogue against one target, per dtype, and collect one row per probe.
 
-A target named by a string runs in a child process (attnum.audit.isolate): a crash, a hang past
+A target named by a string runs in a kernel server (attnum.audit.isolate): a crash, a hang past
 ``config.timeout`` or an exit ends only the probe in flight, whose row then says ``crashed``,
 ``timed out`` or ``exited``. A callable passed as ``target`` runs in this process (it may not be
 importable by a child); ``isolate=False`` forces that for names too (debugging).

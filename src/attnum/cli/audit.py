@@ -2,7 +2,7 @@
 
 Exit status: 0 every probe passed, 1 any probe failed, errored, crashed, timed out or exited, 2 usage
 error, 3 nothing was tested: the target is unavailable here (package or device missing) or refused
-every case. The target runs in a child process (attnum.audit.isolate) unless --no-isolate.
+every case. The target runs in a kernel server (attnum.kernel_server) unless --no-isolate.
 """
 
 from __future__ import annotations

@@ -289,6 +289,18 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=conventions.declared(fn))
 
 
+def runs_user_code(spec: object) -> bool:
+    """Whether resolving ``spec`` imports a user's code (``module:function``, ``file.py:function``,
+    ``triton-interpret:...``) rather than naming one of attnum's implementations or kernels."""
+    if not isinstance(spec, str):
+        return False
+    spec = spec.strip()
+    kind, sep, _ = spec.partition(":")
+    if spec in KERNELS or spec in reference.NAMES or not sep:
+        return False
+    return kind not in reference.FAMILIES and kind != "decode"
+
+
 def interpreted_triton(spec: str, device: str | None = "cpu") -> bool:
     """Whether ``spec`` names a Triton kernel that runs through Triton's interpreter on ``device``."""
     spec = spec.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def register(app: typer.Typer) -> None:
         checkpoints: tuple[Path, Path] | None = typer.Option(
             None, help="Compare two checkpoint folders A B instead of training (safetensors or torch state dicts)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+        isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run a user's --attention/--baseline "
+                                     "(file.py:fn, module:fn) in a kernel server process (attnum.kernel_server); "
+                                     "--no-isolate runs it in this process, trusting its code."),
+        timeout: float = typer.Option(300.0, help="Seconds one call of a user's attention may take (isolated)."),
     ) -> None:
         """Train flash vs baseline, a different init seed, and low precision per seed; compare the weights.
 
@@ -73,10 +78,16 @@ def register(app: typer.Typer) -> None:
         cfg = DivergeConfig(
             workload=workload, profile=profile, attention=attention, baseline=baseline, block_q=block_q,
             block_k=block_k, low_precision=low_precision, steps=steps, ckpt_every=ckpt_every,
-            seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out,
+            seeds=_ints(seeds, "seeds"), data_seed=data_seed, out=out, isolate=isolate, timeout=timeout,
         )
-        with one_writer(out), Activity("diverge"):
-            summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
+        from attnum.studies.training.loop import AttentionFailed
+
+        try:
+            with one_writer(out), Activity("diverge"):
+                summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
+        except AttentionFailed as err:  # the user's attention died, hung, raised or lied: no result
+            print(f"attnum: error: {str(err).splitlines()[0]}", file=sys.stderr)
+            raise typer.Exit(1) from None
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
             print(dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))

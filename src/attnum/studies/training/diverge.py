@@ -27,12 +27,12 @@ from pathlib import Path
 
 from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
-from attnum.kernels.registry import require
+from attnum.kernels.registry import require, runs_user_code
 from attnum.outfile import write_atomic
 from attnum.studies.training.checkpoints import checkpoint_name, load_state
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import COMPARISONS, headline, summarise
-from attnum.studies.training.loop import PRECISIONS, RunConfig, finished, train
+from attnum.studies.training.loop import PRECISIONS, RunConfig, attention_fn, finished, train
 from attnum.workloads.models import ModelConfig
 from attnum.workloads.workloads import WORKLOADS, WorkloadConfig
 
@@ -59,6 +59,10 @@ class DivergeConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     data_seed: int = 0
     out: Path = Path("runs/diverge")
+    # A user's attention (file.py:fn, module:fn) runs in a kernel server (attnum.kernel_server);
+    # False runs it in this process, trusting it. ``timeout``: seconds one of its calls may take.
+    isolate: bool = True
+    timeout: float = 300.0
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -74,8 +78,12 @@ class DivergeConfig:
         object.__setattr__(self, "seeds", seeds)
         # Fail before any training: unknown names, bad policies, kernels this machine cannot run
         # (the runs train on the CPU).
-        require(self.attention, "cpu", param="attention")
-        require(self.baseline, "cpu", param="baseline")
+        # A user's code is resolved in its kernel server (check_attention), never imported here.
+        for param in ("attention", "baseline"):
+            if not (self.isolate and runs_user_code(getattr(self, param))):
+                require(getattr(self, param), "cpu", param=param)
+        if not self.timeout > 0:
+            raise bad_value("timeout", self.timeout, "a positive number of seconds")
         for name in ("steps", "ckpt_every", "block_q", "block_k"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -141,6 +149,18 @@ def divergence_curves(run_dir: Path, steps: list[int], comparisons: dict[str, tu
     return curves
 
 
+def check_attention(cfg: DivergeConfig) -> None:
+    """Resolve a user's --attention / --baseline in its kernel server before any training: a name that
+    does not resolve is an AttnumInputError, an import that dies is :class:`AttentionFailed`."""
+    if not cfg.isolate:
+        return
+    for param in ("attention", "baseline"):
+        spec = getattr(cfg, param)
+        if runs_user_code(spec):
+            with attention_fn(spec, "cpu", isolate=True, timeout=cfg.timeout, param=param, threads=1):
+                pass
+
+
 def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
     """Train (or reuse) every run, compare them, write results.json + figures + index.html into ``cfg.out``."""
     from attnum.studies.training.report import write_report
@@ -148,6 +168,7 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
     out = Path(cfg.out)
     run_dir = out / "runs"
     t0 = time.perf_counter()
+    check_attention(cfg)
     runs = run_configs(cfg)
     results = {}
     for key, rc in runs.items():
@@ -157,7 +178,7 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
             losses, wall = done["losses"], done["wall_s"]
         else:
             log(f"training {key}: attention={rc.attention} precision={rc.precision} init_seed={rc.init_seed}")
-            r = train(rc, run_dir)
+            r = train(rc, run_dir, isolate=cfg.isolate, timeout=cfg.timeout)
             losses, wall = r.losses, r.wall_s
             log(f"  {wall:.1f} s, final loss {losses[-1]:.4f}")
         results[key] = {"losses": losses, "wall_s": wall, "attention": rc.attention, "precision": rc.precision,

@@ -4,12 +4,21 @@ Runs differ only in the fields the paper varies (``attention``, ``init_seed``, `
 data order, noise and timesteps are a function of ``data_seed`` and the step alone. Under torchrun
 (``torch.distributed`` initialised) the model is wrapped in DDP and each rank trains on its slice of
 the same global batch; rank 0 writes the checkpoints and the log.
+
+A user's attention (``file.py:fn``, ``module:fn``, ``triton-interpret:...``) runs in a kernel server
+(:mod:`attnum.kernel_server`) unless ``isolate=False``: the training loop, the optimizer and the
+checkpoints stay in this process and each attention call (forward, and backward through the server's
+own autograd) is one request. A server that dies, hangs past ``timeout`` s in one call, raises, or
+returns an output of the wrong shape or dtype ends the run with :class:`AttentionFailed` (the CLI
+exits 1 with one line); nothing it does reaches this process's state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,10 +26,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from attnum.errors import bad_value
+from attnum.errors import AttnumInputError, bad_value
 from attnum.formats import torch_dtype
 from attnum.jsonout import dumps
-from attnum.kernels.registry import require
+from attnum.kernel_wire import WrongOutput
+from attnum.kernels.registry import require, runs_user_code
 from attnum.studies.training.checkpoints import checkpoint_name, save_checkpoint
 from attnum.workloads.data import shard
 from attnum.workloads.models import set_attention
@@ -80,31 +90,84 @@ def _rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def build_model(cfg: RunConfig, workload: Workload) -> torch.nn.Module:
+class AttentionFailed(Exception):
+    """The user's attention, in its kernel server, died, hung, raised or returned a wrong output."""
+
+
+def _checked(fn):
+    """``fn`` whose output must be a (B, H, N, dv) tensor of q's dtype, else :class:`WrongOutput`."""
+
+    def attention(q, k, v, **kw):
+        out = fn(q, k, v, **kw)
+        want = (*q.shape[:-1], v.shape[-1])
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want or out.dtype != q.dtype:
+            got = f"{tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise WrongOutput(f"the attention returned {got}, expected a tensor {want} {q.dtype}")
+        return out
+
+    return attention
+
+
+@contextlib.contextmanager
+def attention_fn(spec: str, device: str, *, block_q=None, block_k=None, threads: int | None = None,
+                 isolate: bool = True, timeout: float = 300.0, param: str = "attention") -> Iterator:
+    """The attention ``spec`` names: attnum's own in this process; a user's in a kernel server
+    (module doc) unless ``isolate`` is False, started here and killed whole when the block ends."""
+    if not (isolate and runs_user_code(spec)):
+        yield require(spec, device, block_q=block_q, block_k=block_k, param=param).fn
+        return
+    from attnum.kernel_remote import RemoteTarget
+    from attnum.kernel_server import KernelServer, TargetGone
+
+    with KernelServer("attention", spec, device=device, timeout=timeout, threads=threads or torch.get_num_threads(),
+                      block_q=block_q, block_k=block_k) as server:
+        try:
+            info = server.start()
+        except TargetGone as gone:
+            raise AttentionFailed(f"{param} {spec!r}: {gone.status}: {gone.what}") from None
+        if info.get("available") is not True:
+            raise AttnumInputError(f"{param}={spec!r} is not available here: {info.get('reason')}")
+        yield _checked(RemoteTarget(server))
+
+
+def build_model(cfg: RunConfig, workload: Workload, attention=None) -> torch.nn.Module:
     # Init from a private RNG stream so that the init seed alone decides the weights.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.init_seed)
         model = workload.build_model()
-    set_attention(model, require(cfg.attention, cfg.device, block_q=cfg.block_q, block_k=cfg.block_k).fn)
+    if attention is None:
+        attention = require(cfg.attention, cfg.device, block_q=cfg.block_q, block_k=cfg.block_k).fn
+    set_attention(model, attention)
     return model.to(cfg.device)
 
 
-def train(cfg: RunConfig, out_dir: Path) -> RunResult:
-    """Train, writing ``out_dir/<name>/ckpt/step_XXXXXX.safetensors`` and ``log.json``."""
-    if cfg.threads is None:
-        return _train(cfg, out_dir)
+def train(cfg: RunConfig, out_dir: Path, *, isolate: bool = True, timeout: float = 300.0) -> RunResult:
+    """Train, writing ``out_dir/<name>/ckpt/step_XXXXXX.safetensors`` and ``log.json``. A user's
+    attention runs in a kernel server unless ``isolate`` is False (module doc); ``timeout``: seconds
+    one of its calls may take."""
     before = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    from attnum.kernel_server import RemoteError, TargetGone
+
     try:
-        return _train(cfg, out_dir)
+        with attention_fn(cfg.attention, cfg.device, block_q=cfg.block_q, block_k=cfg.block_k,
+                          threads=cfg.threads, isolate=isolate, timeout=timeout) as fn:
+            return _train(cfg, out_dir, fn)
+    except TargetGone as gone:
+        raise AttentionFailed(f"training {cfg.name}: attention {cfg.attention!r} {gone.status}: {gone.what}") \
+            from None
+    except (RemoteError, WrongOutput) as err:
+        raise AttentionFailed(f"training {cfg.name}: attention {cfg.attention!r}: {type(err).__name__}: "
+                              f"{err}".splitlines()[0][:500]) from None
     finally:
         torch.set_num_threads(before)
 
 
-def _train(cfg: RunConfig, out_dir: Path) -> RunResult:
+def _train(cfg: RunConfig, out_dir: Path, attention=None) -> RunResult:
     rank, world = _rank_world()
     workload = Workload(cfg.workload)
-    model = build_model(cfg, workload)
+    model = build_model(cfg, workload, attention)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     inner = model.module if world > 1 else model
