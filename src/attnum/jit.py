@@ -38,6 +38,17 @@ def enabled() -> bool:
     return numba is not None and os.environ.get("ATTNUM_JIT", "1") != "0"
 
 
+def rne_args(fmt, saturate: bool = False) -> tuple:
+    """The format as :func:`rne`'s constants: (drop, magic, tiny, max, overflow value, inf value, nosub).
+
+    drop = 52 - mbits low bits go; magic = 2**(emin - mbits + 52) rounds the subnormal binades by one
+    addition; finite overflow becomes inf (ieee), NaN (fn) or max (no specials, or ``saturate``)."""
+    inf, nan = float("inf"), float("nan")
+    over = float(fmt.max) if saturate or fmt.specials == "none" else (inf if fmt.specials == "ieee" else nan)
+    return (52 - fmt.mbits, 2.0 ** (fmt.emin - fmt.mbits + 52), float(fmt.tiny), float(fmt.max), over, over,
+            not fmt.subnormals)
+
+
 def format_args(fmt, mode: str, saturate: bool) -> tuple:
     """The format as the kernels' plain arguments (formats stay data: nothing is compiled per format)."""
     return (fmt.mbits, fmt.emin, float(fmt.max), float(fmt.tiny), SPECIALS_CODES[fmt.specials],
@@ -117,6 +128,31 @@ if numba is not None:
                 return np.nan
         return -r if _bits(x) < 0 else r
 
+    @njit(inline="always", cache=True)
+    def rne(x, drop, magic, tiny, fmax, over, infv, nosub):
+        """Nearest-even rounding of one float64 to the format of :func:`rne_args`, branch-free (vectorizes).
+
+        Normal binades: add half an ulp minus one (plus the kept last bit, for ties to even) to the bits
+        and clear the dropped ones (a carry moves into the exponent, as it should); below tiny:
+        (a + magic) - magic, one IEEE addition whose ulp is the format's subnormal quantum."""
+        a = abs(x)
+        b = _bits(a)
+        one = np.int64(1)
+        rb = (b + ((one << (drop - 1)) - one) + ((b >> drop) & one)) & ~((one << drop) - one)
+        r = _from_bits(rb)
+        rs = (a + magic) - magic
+        r = rs if a < tiny else r
+        r = 0.0 if nosub and r < tiny else r
+        r = over if r > fmax else r
+        r = infv if a == np.inf else r
+        r = -r if _bits(x) < 0 else r
+        return x if a != a else r
+
+    @njit(cache=True)
+    def _rne_flat(src, dst, drop, magic, tiny, fmax, over, infv, nosub):
+        for i in range(src.size):
+            dst[i] = rne(np.float64(src[i]), drop, magic, tiny, fmax, over, infv, nosub)
+
     @njit(cache=True)
     def _round_flat(src, dst, mbits, emin, fmax, tiny, specials, subnormals, mode, saturate):
         for i in range(src.size):
@@ -128,4 +164,7 @@ def round_array_(src: np.ndarray, dst: np.ndarray, fmt, mode: str = "nearest_eve
 
     ``fmt`` must fit the dtype of ``dst`` (every value representable) and ``mode`` be nearest_even or
     toward_zero; callers check (:func:`attnum.rounding.round_to` does)."""
-    _round_flat(src, dst, *format_args(fmt, mode, saturate))
+    if mode == "nearest_even" and fmt.mbits < 52:
+        _rne_flat(src, dst, *rne_args(fmt, saturate))
+    else:
+        _round_flat(src, dst, *format_args(fmt, mode, saturate))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention import fa4_steps, masks, steps
+from attnum.attention import fa4_steps, fused, masks, steps
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy
@@ -78,10 +78,15 @@ def flash_forward(
     l = torch.zeros((B, H, N, 1), dtype=c, device=q_BHNd.device)  # running sum l_i
     o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)
     ws = Workspace()
+    fuse = fused.why_unfused(policy, q_BHNd.device) is None  # the compiled passes (same bits; fused.UNFUSED)
     for j in kv_tile_order(tiles.Tc(S), kv_order):
         j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
         buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
         tile = mk.tile(0, N, j0, j1, c, q_BHNd.device)
+        if fuse:
+            step = fused.fa2_step if variant == "fa2" else fused.fa1_step
+            m, l, o = step(q_BHNd, k_BHSd[:, :, j0:j1], v_BHSd[:, :, j0:j1], tile, scale, m, l, o, policy, ws, buf)
+            continue
         s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, tile, policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
         if variant == "fa2":
             m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)

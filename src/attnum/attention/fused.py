@@ -1,0 +1,148 @@
+"""Fused flash tile steps: the element-wise chain of a tile as compiled passes instead of ~8 torch ops.
+
+Shape alphabet: B batch, H heads, N queries, C keys in the tile, dv value dim, R = B*H*N rows.
+
+Per key/value tile the unfused step (:mod:`attnum.attention.flash_forward`) runs the scale, the
+``scores`` rounding, the mask, the row max, the subtraction, exp, the ``exp`` and ``probs`` roundings,
+the row sum, the rescale and the accumulation as separate passes over the tile. Here:
+
+1. one compiled pass (:func:`fused_kernels.scores_shift_`): scale, ``scores`` rounding, additive
+   mask and its rounding, -inf masking, the row max (or Qiu-Yao's shift), and s - m, in place;
+2. torch's ``exp_`` (kept: its bits are torch's own -- Sleef or MKL VML, chosen by the build and the
+   CPU -- and no other compiler reproduces them);
+3. one compiled pass rounding P at ``exp`` in place and, when needed, at ``probs`` into a copy;
+4. torch's row sum (kept for the same reason: its summation order is torch's vectorized one);
+5. the P V matmul, then one compiled pass for the accumulator update (fa2) or the normalized
+   output (fa1), every ``acc``/``out`` rounding inside.
+
+The unfused step is the reference: ``ATTNUM_JIT=0`` runs it, and ``tests/test_fused.py`` holds the
+two equal bit for bit (policy presets, site overrides, both variants, masks, GQA, Qiu-Yao).
+
+Not fused (the unfused step runs; :func:`why_unfused` names the reason, ``attnum.attention.fused.UNFUSED``
+lists them): ``ATTNUM_JIT=0`` or numba missing; a non-CPU device; FA4's software exp2 (``exp2=polyN``)
+and conditional rescaling (``rescale_threshold``); SageAttention policies (``lowbit``, their own
+kernel); a site whose format does not fit the carrier; the backward pass (still unfused).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attnum import jit
+from attnum.attention import steps
+from attnum.attention.fused_kernels import site_args
+from attnum.formats import PRESETS
+from attnum.policy import SITES, Policy
+
+UNFUSED = (
+    "ATTNUM_JIT=0 or numba not importable",
+    "device other than cpu",
+    "exp2=polyN (FA4 software exp2)",
+    "rescale_threshold (FA4 conditional rescaling)",
+    "lowbit (SageAttention policies)",
+    "a site format that does not fit the carrier",
+    "the backward pass",
+)
+
+
+def why_unfused(policy: Policy, device: torch.device | str = "cpu") -> str | None:
+    """None when the fused forward step applies to ``policy`` on ``device``, else the entry of
+    :data:`UNFUSED` that stops it."""
+    if not jit.enabled():
+        return UNFUSED[0]
+    if torch.device(device).type != "cpu":
+        return UNFUSED[1]
+    if policy.exp2 != "native":
+        return UNFUSED[2]
+    if policy.rescale_threshold is not None:
+        return UNFUSED[3]
+    if policy.lowbit is not None:
+        return UNFUSED[4]
+    carrier = _carrier_fmt(policy)
+    if not all(getattr(policy, s).fits_in(carrier) and (carrier.fits_in(getattr(policy, s)) or getattr(policy, s).mbits < 52)
+               for s in SITES):
+        return UNFUSED[5]
+    return None
+
+
+def _carrier_fmt(policy: Policy):
+    return PRESETS["fp32"] if policy.carrier == torch.float32 else PRESETS["fp64"]
+
+
+def _mask_arrays(tile, shape, dt):
+    """(additive, use_add, keep, use_keep) as 4-D numpy views broadcast to ``shape`` (no copies)."""
+    dummy_add, dummy_keep = np.zeros((1, 1, 1, 1), dt), np.ones((1, 1, 1, 1), np.bool_)
+    add = tile.additive.expand(shape).numpy() if tile.additive is not None else dummy_add
+    keep = tile.keep.expand(shape).numpy() if tile.keep is not None else dummy_keep
+    return add, tile.additive is not None, keep, tile.keep is not None
+
+
+def _scores_shift(q, k_j, tile, scale, m, policy: Policy, fa2: bool, buf):
+    """S_j = Q K_j^T (the policy's matmul), then pass 1; returns (s - shift in place, m~ (B, H, N, 1))."""
+    from attnum.attention.fused_kernels import scores_shift_
+
+    s = steps.matmul(q, k_j.transpose(-1, -2), policy, out=buf).contiguous()
+    dt = np.float32 if s.dtype == torch.float32 else np.float64
+    add, use_add, keep, use_keep = _mask_arrays(tile, s.shape, dt)
+    carrier = _carrier_fmt(policy)
+    m_blk = torch.empty(m.shape, dtype=s.dtype)
+    qy = policy.max_shift == "qiu-yao"
+    limit = steps.shift_limit(policy) if qy else 0.0
+    scores_shift_(s.numpy(), dt(scale), scale != 1.0, site_args(policy.scores, carrier), add, use_add, keep, use_keep,
+                  m[..., 0].numpy(), fa2, qy, dt(steps.QIU_YAO_TOL), dt(limit), m_blk[..., 0].numpy())
+    return s, m_blk
+
+
+def _exp_round(s, policy: Policy, ws):
+    """exp in place (torch), then pass 3; returns (P on the exp grid, P as fed to the P V matmul)."""
+    from attnum.attention.fused_kernels import round_copy_
+
+    p = s.exp_()
+    carrier = _carrier_fmt(policy)
+    use_pr = not policy.exp.fits_in(policy.probs)
+    p_in = ws.get("fused.probs", p.shape, p.dtype, p.device) if use_pr else p
+    round_copy_(p.view(-1).numpy(), site_args(policy.exp, carrier), site_args(policy.probs, carrier), use_pr,
+                p_in.view(-1).numpy())
+    return p, p_in
+
+
+def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf):
+    """:func:`attnum.attention.flash_forward._fa2_step` (with the scores of the tile) in fused passes."""
+    from attnum.attention.fused_kernels import acc_update_
+
+    s, m_blk = _scores_shift(q, k_j, tile, scale, m, policy, True, buf)
+    m_new = torch.maximum(m, m_blk)
+    m_safe = steps.safe_max(m_new)
+    p, p_in = _exp_round(s, policy, ws)
+    alpha = policy.round("rescale", torch.exp(m - m_safe))
+    l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
+    pv = steps.matmul(p_in, v_j, policy).contiguous()
+    R, dv = acc.numel() // acc.shape[-1], acc.shape[-1]
+    acc_update_(acc.view(R, dv).numpy(), alpha.reshape(R).contiguous().numpy(), pv.view(R, dv).numpy(),
+                site_args(policy.acc, _carrier_fmt(policy)))
+    return m_new, l, acc
+
+
+def fa1_step(q, k_j, v_j, tile, scale: float, m, l, o, policy: Policy, ws, buf):
+    """:func:`attnum.attention.flash_forward._fa1_step` (with the scores of the tile) in fused passes."""
+    from attnum.attention.fused_kernels import fa1_out_
+
+    s, m_blk = _scores_shift(q, k_j, tile, scale, m, policy, False, buf)
+    p, p_in = _exp_round(s, policy, ws)
+    l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))
+    m_new = torch.maximum(m, m_blk)
+    m_safe = steps.safe_max(m_new)
+    alpha = policy.round("rescale", torch.exp(m - m_safe))
+    beta = policy.round("rescale", torch.exp(m_blk - m_safe))
+    l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
+    pv = steps.matmul(p_in, v_j, policy).contiguous()
+    R, dv = o.numel() // o.shape[-1], o.shape[-1]
+    carrier = _carrier_fmt(policy)
+
+    def rows(t):
+        return t.reshape(R).contiguous().numpy()
+
+    fa1_out_(o.view(R, dv).numpy(), rows(l * alpha), rows(beta), pv.view(R, dv).numpy(), rows(l_new),
+             bool((l_new == 0).any()), site_args(policy.acc, carrier), site_args(policy.out, carrier))
+    return m_new, l_new, o
