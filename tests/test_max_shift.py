@@ -41,6 +41,7 @@ def capture_exp(monkeypatch):
         return out
 
     monkeypatch.setattr(steps, "round_site_", spy)
+    monkeypatch.setenv("ATTNUM_JIT", "0")  # the unfused reference step (the fused one: same bits, test_fused.py)
     return seen
 
 

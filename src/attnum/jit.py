@@ -70,14 +70,14 @@ if numba is not None:
             return builder.bitcast(args[0], context.get_value_type(types.float64))
         return types.float64(types.int64), codegen
 
-    @njit(inline="always", cache=True)
+    @njit(inline="always", cache=True, error_model="numpy")
     def _pow2(q):
         """2**q as a float64 for -1074 <= q <= 1023, from its bits."""
         if q >= -1022:
             return _from_bits(np.int64(q + 1023) << 52)
         return _from_bits(np.int64(1) << (q + 1074))
 
-    @njit(inline="always", cache=True)
+    @njit(inline="always", cache=True, error_model="numpy")
     def round_scalar(x, mbits, emin, fmax, tiny, specials, subnormals, mode, saturate):
         """One float64 value rounded to the format (float64 result); see the module docstring."""
         a = abs(x)
@@ -128,7 +128,7 @@ if numba is not None:
                 return np.nan
         return -r if _bits(x) < 0 else r
 
-    @njit(inline="always", cache=True)
+    @njit(inline="always", cache=True, error_model="numpy")
     def rne(x, drop, magic, tiny, fmax, over, infv, nosub):
         """Nearest-even rounding of one float64 to the format of :func:`rne_args`, branch-free (vectorizes).
 
@@ -148,12 +148,12 @@ if numba is not None:
         r = -r if _bits(x) < 0 else r
         return x if a != a else r
 
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def _rne_flat(src, dst, drop, magic, tiny, fmax, over, infv, nosub):
         for i in range(src.size):
             dst[i] = rne(np.float64(src[i]), drop, magic, tiny, fmax, over, infv, nosub)
 
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def _round_flat(src, dst, mbits, emin, fmax, tiny, specials, subnormals, mode, saturate):
         for i in range(src.size):
             dst[i] = round_scalar(np.float64(src[i]), mbits, emin, fmax, tiny, specials, subnormals, mode, saturate)

@@ -29,14 +29,14 @@ if jit.numba is not None:
             return lambda v, like: np.float32(v)
         return lambda v, like: np.float64(v)
 
-    @njit(inline="always", cache=True)
+    @njit(inline="always", cache=True, error_model="numpy")
     def _rnd(x, a):
         """x (a carrier scalar) rounded at the site ``a``; the result in the carrier."""
         if a[0]:
             return x
         return as_carrier(rne(np.float64(x), a[1], a[2], a[3], a[4], a[5], a[6], a[7]), x)
 
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def scores_shift_(s, scale, use_scale, sc, add, use_add, keep, use_keep, m_old, fa2, qy, tol, limit, m_blk):
         """In place on the score tile s (B, H, N, C) just out of the matmul: times ``scale``, rounded
         at ``scores`` (``sc``), plus the additive mask and rounded again, -inf where ``keep`` is False;
@@ -87,7 +87,7 @@ if jit.numba is not None:
                     for j in range(C):
                         row[j] = row[j] - mn
 
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def round_copy_(p, ex, pr, use_pr, p_probs):
         """p (flat) rounded at ``exp`` in place; with ``use_pr`` also rounded at ``probs`` into p_probs."""
         if not ex[0]:
@@ -97,7 +97,7 @@ if jit.numba is not None:
             for i in range(p.size):
                 p_probs[i] = _rnd(p[i], pr)
 
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def acc_update_(acc, alpha, pv, ac):
         """acc (R, dv) <- round(round(acc * alpha, acc) + round(pv, acc), acc); alpha (R,)."""
         R, D = acc.shape
@@ -106,7 +106,7 @@ if jit.numba is not None:
             for c in range(D):
                 acc[r, c] = _rnd(_rnd(acc[r, c] * a, ac) + _rnd(pv[r, c], ac), ac)
 
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def fa1_out_(o, la, beta, pv, l_new, any_empty, ac, out):
         """FA1's O (R, dv) <- round(zero_empty((round(la * O, acc) + round(beta * round(pv, acc), acc)) / l_new), out)."""
         R, D = o.shape
