@@ -21,7 +21,11 @@ two equal bit for bit (policy presets, site overrides, both variants, masks, GQA
 Not fused (the unfused step runs; :func:`why_unfused` names the reason, ``attnum.attention.fused.UNFUSED``
 lists them): ``ATTNUM_JIT=0`` or numba missing; a non-CPU device; FA4's software exp2 (``exp2=polyN``)
 and conditional rescaling (``rescale_threshold``); SageAttention policies (``lowbit``, their own
-kernel); a site whose format does not fit the carrier; the backward pass (still unfused).
+kernel); a site whose format does not fit the carrier.
+
+The backward (:mod:`attnum.attention.flash_backward`) fuses the same way per KV tile
+(:func:`backward_tile`): scale, ``scores`` rounding, mask and s - LSE in one pass; torch's exp;
+the ``exp``/``probs`` roundings in one pass; dS = round(P (round(dP) - D)) in one pass; the dQ update in one.
 """
 
 from __future__ import annotations
@@ -42,7 +46,6 @@ UNFUSED = (
     "rescale_threshold (FA4 conditional rescaling)",
     "lowbit (SageAttention policies)",
     "a site format that does not fit the carrier",
-    "the backward pass",
 )
 
 
@@ -76,6 +79,42 @@ def _mask_arrays(tile, shape, dt):
     add = tile.additive.expand(shape).numpy() if tile.additive is not None else dummy_add
     keep = tile.keep.expand(shape).numpy() if tile.keep is not None else dummy_keep
     return add, tile.additive is not None, keep, tile.keep is not None
+
+
+def backward_tile(q, k_j, v_j, do, tile, scale: float, lse, D, policy: Policy):
+    """One KV tile of Algorithm 2 up to dS: (P_j on the exp grid, P_j as fed to dV, dS_j), the
+    bits of :func:`attnum.attention.flash_backward.flash_backward`'s unfused lines 10-14."""
+    from attnum.attention.fused_kernels import ds_, scores_sub_
+
+    s = steps.matmul(q, k_j.transpose(-1, -2), policy).contiguous()
+    dt = np.float32 if s.dtype == torch.float32 else np.float64
+    add, use_add, keep, use_keep = _mask_arrays(tile, s.shape, dt)
+    carrier = _carrier_fmt(policy)
+    scores_sub_(s.numpy(), dt(scale), scale != 1.0, site_args(policy.scores, carrier), add, use_add, keep, use_keep,
+                lse.expand(*s.shape[:-1], 1)[..., 0].contiguous().numpy())
+    p = s.exp_()
+    use_pr = not policy.exp.fits_in(policy.probs)
+    p_in = torch.empty_like(p) if use_pr else p
+    from attnum.attention.fused_kernels import round_copy_
+
+    round_copy_(p.view(-1).numpy(), site_args(policy.exp, carrier), site_args(policy.probs, carrier), use_pr,
+                p_in.view(-1).numpy())
+    dp = steps.matmul(do, v_j.transpose(-1, -2), policy).contiguous()
+    C = dp.shape[-1]
+    R = dp.numel() // max(1, C)
+    ds_(dp.view(R, C).numpy(), p.view(R, C).numpy(), D.expand(*dp.shape[:-1], 1).reshape(R).contiguous().numpy(),
+        site_args(policy.scores, carrier), site_args(policy.probs, carrier))
+    return p, p_in, dp
+
+
+def acc_add_(acc, x, policy: Policy):
+    """acc <- round(acc + round(x, acc), acc) in place (the backward's dQ update)."""
+    from attnum.attention.fused_kernels import acc_update_
+
+    R, dv = acc.numel() // acc.shape[-1], acc.shape[-1]
+    ones = np.ones(R, np.float32 if acc.dtype == torch.float32 else np.float64)
+    acc_update_(acc.view(R, dv).numpy(), ones, x.contiguous().view(R, dv).numpy(), site_args(policy.acc, _carrier_fmt(policy)))
+    return acc
 
 
 def _scores_shift(q, k_j, tile, scale, m, policy: Policy, fa2: bool, buf):

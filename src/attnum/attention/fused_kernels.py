@@ -88,6 +88,37 @@ if jit.numba is not None:
                         row[j] = row[j] - mn
 
     @njit(cache=True, error_model="numpy")
+    def scores_sub_(s, scale, use_scale, sc, add, use_add, keep, use_keep, lse):
+        """The backward's recomputed tile: s (B, H, N, C) scaled, rounded at ``scores``, masked as in
+        :func:`scores_shift_`, minus the row's (safe) LSE (B, H, N), in place."""
+        B, H, N, C = s.shape
+        ninf = as_carrier(-np.inf, scale)
+        for b in range(B):
+            for h in range(H):
+                for n in range(N):
+                    row = s[b, h, n]
+                    m = lse[b, h, n]
+                    for j in range(C):
+                        v = row[j]
+                        if use_scale:
+                            v = v * scale
+                        v = _rnd(v, sc)
+                        if use_add:
+                            v = _rnd(v + add[b, h, n, j], sc)
+                        if use_keep and not keep[b, h, n, j]:
+                            v = ninf
+                        row[j] = v - m
+
+    @njit(cache=True, error_model="numpy")
+    def ds_(dp, p, D, sc, pr):
+        """dS (R, C) <- round(P * (round(dP, scores) - D), probs) in place in dp; D (R,)."""
+        R, C = dp.shape
+        for r in range(R):
+            dr = D[r]
+            for j in range(C):
+                dp[r, j] = _rnd(p[r, j] * (_rnd(dp[r, j], sc) - dr), pr)
+
+    @njit(cache=True, error_model="numpy")
     def round_copy_(p, ex, pr, use_pr, p_probs):
         """p (flat) rounded at ``exp`` in place; with ``use_pr`` also rounded at ``probs`` into p_probs."""
         if not ex[0]:
