@@ -84,24 +84,17 @@ def _mask_arrays(tile, shape, dt):
 def backward_tile(q, k_j, v_j, do, tile, scale: float, lse, D, policy: Policy):
     """One KV tile of Algorithm 2 up to dS: (P_j on the exp grid, P_j as fed to dV, dS_j), the
     bits of :func:`attnum.attention.flash_backward.flash_backward`'s unfused lines 10-14."""
-    from attnum.attention.fused_kernels import ds_, scores_sub_
+    from attnum.attention.fused_kernels import ds_, sub_rows_
 
     s = steps.matmul(q, k_j.transpose(-1, -2), policy).contiguous()
-    dt = np.float32 if s.dtype == torch.float32 else np.float64
-    add, use_add, keep, use_keep = _mask_arrays(tile, s.shape, dt)
+    _scores_pass(s, tile, scale, policy)
+    C = s.shape[-1]
+    R = s.numel() // max(1, C)
+    sub_rows_(s.view(R, C).numpy(), lse.expand(*s.shape[:-1], 1).reshape(R).contiguous().numpy())
+    p = _round_site_(s.exp_(), policy, "exp")
+    p_in = _round_site_(p.clone(), policy, "probs") if not policy.exp.fits_in(policy.probs) else p
     carrier = _carrier_fmt(policy)
-    scores_sub_(s.numpy(), dt(scale), scale != 1.0, site_args(policy.scores, carrier), add, use_add, keep, use_keep,
-                lse.expand(*s.shape[:-1], 1)[..., 0].contiguous().numpy())
-    p = s.exp_()
-    use_pr = not policy.exp.fits_in(policy.probs)
-    p_in = torch.empty_like(p) if use_pr else p
-    from attnum.attention.fused_kernels import round_copy_
-
-    round_copy_(p.view(-1).numpy(), site_args(policy.exp, carrier), site_args(policy.probs, carrier), use_pr,
-                p_in.view(-1).numpy())
     dp = steps.matmul(do, v_j.transpose(-1, -2), policy).contiguous()
-    C = dp.shape[-1]
-    R = dp.numel() // max(1, C)
     ds_(dp.view(R, C).numpy(), p.view(R, C).numpy(), D.expand(*dp.shape[:-1], 1).reshape(R).contiguous().numpy(),
         site_args(policy.scores, carrier), site_args(policy.probs, carrier))
     return p, p_in, dp
@@ -118,32 +111,43 @@ def acc_add_(acc, x, policy: Policy):
 
 
 def _scores_shift(q, k_j, tile, scale, m, policy: Policy, fa2: bool, buf):
-    """S_j = Q K_j^T (the policy's matmul), then pass 1; returns (s - shift in place, m~ (B, H, N, 1))."""
-    from attnum.attention.fused_kernels import scores_shift_
+    """S_j = Q K_j^T (the policy's matmul), pass 1 when anything is to do (scale, ``scores``
+    rounding, masks), torch's amax, then the shift pass; returns (s - shift in place, m~ (B, H, N, 1))."""
+    from attnum.attention.fused_kernels import shift_
 
     s = steps.matmul(q, k_j.transpose(-1, -2), policy, out=buf).contiguous()
+    _scores_pass(s, tile, scale, policy)
+    m_blk = s.amax(dim=-1, keepdim=True)
     dt = np.float32 if s.dtype == torch.float32 else np.float64
-    add, use_add, keep, use_keep = _mask_arrays(tile, s.shape, dt)
-    carrier = _carrier_fmt(policy)
-    m_blk = torch.empty(m.shape, dtype=s.dtype)
     qy = policy.max_shift == "qiu-yao"
     limit = steps.shift_limit(policy) if qy else 0.0
-    scores_shift_(s.numpy(), dt(scale), scale != 1.0, site_args(policy.scores, carrier), add, use_add, keep, use_keep,
-                  m[..., 0].numpy(), fa2, qy, dt(steps.QIU_YAO_TOL), dt(limit), m_blk[..., 0].numpy())
+    C = s.shape[-1]
+    R = s.numel() // C
+    shift_(s.view(R, C).numpy(), m_blk.view(R).numpy(), m.reshape(R).contiguous().numpy(), fa2, qy,
+           dt(steps.QIU_YAO_TOL), dt(limit))
     return s, m_blk
 
 
-def _exp_round(s, policy: Policy, ws):
-    """exp in place (torch), then pass 3; returns (P on the exp grid, P as fed to the P V matmul)."""
-    from attnum.attention.fused_kernels import round_copy_
+def _scores_pass(s, tile, scale: float, policy: Policy) -> None:
+    """Scale, ``scores`` rounding and masks of a fresh score tile, in one compiled pass (none when
+    there is nothing to do)."""
+    from attnum.attention.fused_kernels import scores_
 
-    p = s.exp_()
-    carrier = _carrier_fmt(policy)
-    use_pr = not policy.exp.fits_in(policy.probs)
-    p_in = ws.get("fused.probs", p.shape, p.dtype, p.device) if use_pr else p
-    round_copy_(p.view(-1).numpy(), site_args(policy.exp, carrier), site_args(policy.probs, carrier), use_pr,
-                p_in.view(-1).numpy())
-    return p, p_in
+    dt = np.float32 if s.dtype == torch.float32 else np.float64
+    sc = site_args(policy.scores, _carrier_fmt(policy))
+    if scale != 1.0 or not sc[0] or tile.additive is not None or tile.keep is not None:
+        add, use_add, keep, use_keep = _mask_arrays(tile, s.shape, dt)
+        scores_(s.numpy(), dt(scale), scale != 1.0, sc, add, use_add, keep, use_keep)
+
+
+def _round_site_(p, policy: Policy, site: str):
+    """p rounded at ``site`` in place by the compiled pass (nothing when the carrier lies on its grid)."""
+    from attnum.attention.fused_kernels import round_
+
+    a = site_args(getattr(policy, site), _carrier_fmt(policy))
+    if not a[0]:
+        round_(p.view(-1).numpy(), a)
+    return p
 
 
 def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf):
@@ -153,10 +157,12 @@ def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf
     s, m_blk = _scores_shift(q, k_j, tile, scale, m, policy, True, buf)
     m_new = torch.maximum(m, m_blk)
     m_safe = steps.safe_max(m_new)
-    p, p_in = _exp_round(s, policy, ws)
+    p = _round_site_(s.exp_(), policy, "exp")
     alpha = policy.round("rescale", torch.exp(m - m_safe))
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
-    pv = steps.matmul(p_in, v_j, policy).contiguous()
+    if not policy.exp.fits_in(policy.probs):  # P as fed to the P V matmul (after its row sum is taken)
+        _round_site_(p, policy, "probs")
+    pv = steps.matmul(p, v_j, policy).contiguous()
     R, dv = acc.numel() // acc.shape[-1], acc.shape[-1]
     acc_update_(acc.view(R, dv).numpy(), alpha.reshape(R).contiguous().numpy(), pv.view(R, dv).numpy(),
                 site_args(policy.acc, _carrier_fmt(policy)))
@@ -168,14 +174,16 @@ def fa1_step(q, k_j, v_j, tile, scale: float, m, l, o, policy: Policy, ws, buf):
     from attnum.attention.fused_kernels import fa1_out_
 
     s, m_blk = _scores_shift(q, k_j, tile, scale, m, policy, False, buf)
-    p, p_in = _exp_round(s, policy, ws)
+    p = _round_site_(s.exp_(), policy, "exp")
     l_blk = policy.round("row_sum", p.sum(-1, keepdim=True))
+    if not policy.exp.fits_in(policy.probs):
+        _round_site_(p, policy, "probs")
     m_new = torch.maximum(m, m_blk)
     m_safe = steps.safe_max(m_new)
     alpha = policy.round("rescale", torch.exp(m - m_safe))
     beta = policy.round("rescale", torch.exp(m_blk - m_safe))
     l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
-    pv = steps.matmul(p_in, v_j, policy).contiguous()
+    pv = steps.matmul(p, v_j, policy).contiguous()
     R, dv = o.numel() // o.shape[-1], o.shape[-1]
     carrier = _carrier_fmt(policy)
 

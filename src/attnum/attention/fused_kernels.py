@@ -37,15 +37,11 @@ if jit.numba is not None:
         return as_carrier(rne(np.float64(x), a[1], a[2], a[3], a[4], a[5], a[6], a[7]), x)
 
     @njit(cache=True, error_model="numpy")
-    def scores_shift_(s, scale, use_scale, sc, add, use_add, keep, use_keep, m_old, fa2, qy, tol, limit, m_blk):
-        """In place on the score tile s (B, H, N, C) just out of the matmul: times ``scale``, rounded
-        at ``scores`` (``sc``), plus the additive mask and rounded again, -inf where ``keep`` is False;
-        then each row's shift m~ (amax, NaN-propagating; Qiu-Yao's when ``qy``) into m_blk (B, H, N),
-        and s - safe(max(m_old, m~)) (``fa2``) or s - safe(m~) (fa1) written back."""
+    def scores_(s, scale, use_scale, sc, add, use_add, keep, use_keep):
+        """In place on the score tile s (B, H, N, C) just out of the matmul: times ``scale``, rounded at
+        ``scores`` (``sc``), plus the additive mask and rounded again, -inf where ``keep`` is False."""
         B, H, N, C = s.shape
         ninf = as_carrier(-np.inf, scale)
-        zero = as_carrier(0.0, scale)
-        nan = as_carrier(np.nan, scale)
         for b in range(B):
             for h in range(H):
                 for n in range(N):
@@ -60,54 +56,40 @@ if jit.numba is not None:
                         if use_keep and not keep[b, h, n, j]:
                             v = ninf
                         row[j] = v
-                    mx = ninf
-                    has_nan = False
-                    for j in range(C):
-                        v = row[j]
-                        has_nan |= v != v
-                        mx = v if v > mx else mx
-                    if has_nan:
-                        mx = nan
-                    if qy:
-                        near = 0
-                        for j in range(C):
-                            near += mx - row[j] <= tol
-                        if near > 1 and abs(mx) <= limit:
-                            mx = mx * 2 if mx > 0 else zero
-                    m_blk[b, h, n] = mx
-                    mn = mx
-                    if fa2:
-                        mo = m_old[b, h, n]
-                        if mo != mo or mn != mn:
-                            mn = nan
-                        elif mo > mn:
-                            mn = mo
-                    if mn == ninf:
-                        mn = zero
-                    for j in range(C):
-                        row[j] = row[j] - mn
 
     @njit(cache=True, error_model="numpy")
-    def scores_sub_(s, scale, use_scale, sc, add, use_add, keep, use_keep, lse):
-        """The backward's recomputed tile: s (B, H, N, C) scaled, rounded at ``scores``, masked as in
-        :func:`scores_shift_`, minus the row's (safe) LSE (B, H, N), in place."""
-        B, H, N, C = s.shape
-        ninf = as_carrier(-np.inf, scale)
-        for b in range(B):
-            for h in range(H):
-                for n in range(N):
-                    row = s[b, h, n]
-                    m = lse[b, h, n]
-                    for j in range(C):
-                        v = row[j]
-                        if use_scale:
-                            v = v * scale
-                        v = _rnd(v, sc)
-                        if use_add:
-                            v = _rnd(v + add[b, h, n, j], sc)
-                        if use_keep and not keep[b, h, n, j]:
-                            v = ninf
-                        row[j] = v - m
+    def shift_(s, m_blk, m_old, fa2, qy, tol, limit):
+        """Rows of s (R, C) minus their shift, in place. m_blk (R,): the row max (torch's amax), replaced
+        by Qiu-Yao's shift when ``qy``; the shift is safe(max(m_old, m~)) (``fa2``) or safe(m~) (fa1)."""
+        R, C = s.shape
+        if R == 0:
+            return
+        zero = as_carrier(0.0, m_blk[0])
+        nan = as_carrier(np.nan, m_blk[0])
+        for r in range(R):
+            mx = m_blk[r]
+            if qy:
+                near = 0
+                for j in range(C):
+                    near += mx - s[r, j] <= tol
+                if near > 1 and abs(mx) <= limit:
+                    mx = mx * 2 if mx > 0 else zero
+                    m_blk[r] = mx
+            mn = mx
+            if fa2:
+                mo = m_old[r]
+                mn = nan if (mo != mo or mn != mn) else (mo if mo > mn else mn)
+            mn = zero if mn == -np.inf else mn
+            for j in range(C):
+                s[r, j] = s[r, j] - mn
+
+    @njit(cache=True, error_model="numpy")
+    def sub_rows_(s, x):
+        """s (R, C) <- s - x[r] per row, in place (the backward's S - LSE)."""
+        R, C = s.shape
+        for r in range(R):
+            for j in range(C):
+                s[r, j] = s[r, j] - x[r]
 
     @njit(cache=True, error_model="numpy")
     def ds_(dp, p, D, sc, pr):
@@ -119,14 +101,10 @@ if jit.numba is not None:
                 dp[r, j] = _rnd(p[r, j] * (_rnd(dp[r, j], sc) - dr), pr)
 
     @njit(cache=True, error_model="numpy")
-    def round_copy_(p, ex, pr, use_pr, p_probs):
-        """p (flat) rounded at ``exp`` in place; with ``use_pr`` also rounded at ``probs`` into p_probs."""
-        if not ex[0]:
-            for i in range(p.size):
-                p[i] = _rnd(p[i], ex)
-        if use_pr:
-            for i in range(p.size):
-                p_probs[i] = _rnd(p[i], pr)
+    def round_(p, site):
+        """p (flat) rounded at ``site`` in place."""
+        for i in range(p.size):
+            p[i] = _rnd(p[i], site)
 
     @njit(cache=True, error_model="numpy")
     def acc_update_(acc, alpha, pv, ac):
