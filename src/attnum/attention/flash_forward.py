@@ -79,19 +79,20 @@ def flash_forward(
     o = torch.zeros((B, H, N, dv), dtype=c, device=q_BHNd.device)  # O_i (acc for fa2)
     ws = kept() if q_BHNd.device.type == "cpu" else Workspace()  # buffers reused across calls (workspace.kept)
     fuse = fused.why_unfused(policy, q_BHNd.device) is None  # the compiled passes (same bits; fused.UNFUSED)
-    for j in kv_tile_order(tiles.Tc(S), kv_order):
-        j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
-        buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
-        tile = mk.tile(0, N, j0, j1, c, q_BHNd.device)
-        if fuse:
-            step = fused.fa2_step if variant == "fa2" else fused.fa1_step
-            m, l, o = step(q_BHNd, k_BHSd[:, :, j0:j1], v_BHSd[:, :, j0:j1], tile, scale, m, l, o, policy, ws, buf)
-            continue
-        s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, tile, policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
-        if variant == "fa2":
-            m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
-        else:
-            m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
+    with steps.elementwise_single_thread():
+        for j in kv_tile_order(tiles.Tc(S), kv_order):
+            j0, j1 = j * tiles.Bc, min(S, (j + 1) * tiles.Bc)
+            buf = ws.get("scores", (B, H, N, j1 - j0), c, q_BHNd.device)
+            tile = mk.tile(0, N, j0, j1, c, q_BHNd.device)
+            if fuse:
+                step = fused.fa2_step if variant == "fa2" else fused.fa1_step
+                m, l, o = step(q_BHNd, k_BHSd[:, :, j0:j1], v_BHSd[:, :, j0:j1], tile, scale, m, l, o, policy, ws, buf)
+                continue
+            s = steps.scores(q_BHNd, k_BHSd[:, :, j0:j1], scale, tile, policy, out=buf, ws=ws)  # S_ij (B, H, N, Bc)
+            if variant == "fa2":
+                m, l, o = _fa2_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
+            else:
+                m, l, o = _fa1_step(s, v_BHSd[:, :, j0:j1], m, l, o, policy, ws)
     if variant == "fa2":
         o = _normalize(o, l, policy)
     lse = policy.round("lse", m + torch.log(l)).double().squeeze(-1)
