@@ -42,6 +42,9 @@ def capture_exp(monkeypatch):
 
     monkeypatch.setattr(steps, "round_site_", spy)
     monkeypatch.setenv("ATTNUM_JIT", "0")  # the unfused reference step (the fused one: same bits, test_fused.py)
+    from attnum.attention import heads
+
+    monkeypatch.setattr(heads, "threads_for", lambda H, device: 1)  # whole tiles, one per step (no head blocks)
     return seen
 
 

@@ -148,12 +148,12 @@ if numba is not None:
         r = -r if _bits(x) < 0 else r
         return x if a != a else r
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def _rne_flat(src, dst, drop, magic, tiny, fmax, over, infv, nosub):
         for i in range(src.size):
             dst[i] = rne(np.float64(src[i]), drop, magic, tiny, fmax, over, infv, nosub)
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def _round_flat(src, dst, mbits, emin, fmax, tiny, specials, subnormals, mode, saturate):
         for i in range(src.size):
             dst[i] = round_scalar(np.float64(src[i]), mbits, emin, fmax, tiny, specials, subnormals, mode, saturate)

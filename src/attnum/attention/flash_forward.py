@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention import fa4_steps, fused, masks, steps
+from attnum.attention import fa4_steps, fused, heads, masks, steps
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy
@@ -71,6 +71,10 @@ def flash_forward(
     format, formed as kernels do: m + log(l) in the carrier, then rounded; -inf for empty rows).
     """
     B, H, N, _ = q_BHNd.shape
+    T = heads.threads_for(H, q_BHNd.device)
+    if T > 1:  # parallel across heads, one intra-op thread each (attnum.attention.heads)
+        return heads.run(flash_forward, q_BHNd, k_BHSd, v_BHSd, mk, scale=scale, policy=policy, T=T, tiles=tiles,
+                         variant=variant, kv_order=kv_order)
     S, dv = v_BHSd.shape[-2], v_BHSd.shape[-1]
     c = q_BHNd.dtype
     q_BHNd, scale = steps.prescale(q_BHNd, scale, policy)

@@ -36,7 +36,7 @@ if jit.numba is not None:
             return x
         return as_carrier(rne(np.float64(x), a[1], a[2], a[3], a[4], a[5], a[6], a[7]), x)
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def scores_(s, scale, use_scale, sc, add, use_add, keep, use_keep):
         """In place on the score tile s (B, H, N, C) just out of the matmul: times ``scale``, rounded at
         ``scores`` (``sc``), plus the additive mask and rounded again, -inf where ``keep`` is False."""
@@ -57,7 +57,7 @@ if jit.numba is not None:
                             v = ninf
                         row[j] = v
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def shift_(s, m_blk, m_old, fa2, qy, tol, limit):
         """Rows of s (R, C) minus their shift, in place. m_blk (R,): the row max (torch's amax), replaced
         by Qiu-Yao's shift when ``qy``; the shift is safe(max(m_old, m~)) (``fa2``) or safe(m~) (fa1)."""
@@ -83,7 +83,7 @@ if jit.numba is not None:
             for j in range(C):
                 s[r, j] = s[r, j] - mn
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def sub_rows_(s, x):
         """s (R, C) <- s - x[r] per row, in place (the backward's S - LSE)."""
         R, C = s.shape
@@ -91,7 +91,7 @@ if jit.numba is not None:
             for j in range(C):
                 s[r, j] = s[r, j] - x[r]
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def ds_(dp, p, D, sc, pr):
         """dS (R, C) <- round(P * (round(dP, scores) - D), probs) in place in dp; D (R,)."""
         R, C = dp.shape
@@ -100,13 +100,13 @@ if jit.numba is not None:
             for j in range(C):
                 dp[r, j] = _rnd(p[r, j] * (_rnd(dp[r, j], sc) - dr), pr)
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def round_(p, site):
         """p (flat) rounded at ``site`` in place."""
         for i in range(p.size):
             p[i] = _rnd(p[i], site)
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def acc_update_(acc, alpha, pv, ac):
         """acc (R, dv) <- round(round(acc * alpha, acc) + round(pv, acc), acc); alpha (R,)."""
         R, D = acc.shape
@@ -115,7 +115,7 @@ if jit.numba is not None:
             for c in range(D):
                 acc[r, c] = _rnd(_rnd(acc[r, c] * a, ac) + _rnd(pv[r, c], ac), ac)
 
-    @njit(cache=True, error_model="numpy")
+    @njit(cache=True, nogil=True, error_model="numpy")
     def fa1_out_(o, la, beta, pv, l_new, any_empty, ac, out):
         """FA1's O (R, dv) <- round(zero_empty((round(la * O, acc) + round(beta * round(pv, acc), acc)) / l_new), out)."""
         R, D = o.shape
