@@ -210,6 +210,7 @@ def _pool(todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: _Interrupt
         return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                                    initargs=(POINT_THREADS, [_package_root()], os.getpid()))
 
+    tracker_was_running = _tracker_running()
     pool = new_pool()
     pending: dict[Any, Any] = {}
     queue = list(reversed(todo))
@@ -239,9 +240,33 @@ def _pool(todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: _Interrupt
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = new_pool()
     finally:
+        procs = list(getattr(pool, "_processes", {}).values())
         if pending:  # interrupted, or the consumer failed: stop the points in flight now
             _stop_workers(pool)
         pool.shutdown(wait=not pending, cancel_futures=True)
+        for proc in procs:  # no worker outlives its sweep, not even as a zombie
+            proc.join(timeout=10)
+        if not tracker_was_running:  # spawn started multiprocessing's resource tracker: stop it too
+            _stop_tracker()
+
+
+def _tracker_running() -> bool:
+    from multiprocessing import resource_tracker
+
+    return getattr(resource_tracker._resource_tracker, "_pid", None) is not None
+
+
+def _stop_tracker() -> None:
+    """Stop the resource-tracker process the pool's spawn started (it would live on as a child of
+    the driver, then a few ms past its exit); nothing is registered with it once the pool is joined."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass
 
 
 def _stop_workers(pool) -> None:
