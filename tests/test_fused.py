@@ -130,18 +130,16 @@ def test_fused_backward_equals_unfused(policy, monkeypatch):
 
 
 @pytest.mark.parametrize("mask", ["bottom_right", "additive", "window"])
-def test_row_blocks_and_head_threads_change_no_bit(mask, monkeypatch):
-    """Query rows cut into blocks (flash_forward.row_block) and heads run on threads (attention.heads):
-    the same bits as one block of all rows on one thread."""
-    from attnum.attention import flash_forward, heads
+def test_thread_count_changes_no_bit(mask, monkeypatch):
+    """Query rows in blocks (flash_forward.row_block) run on 1 or 3 threads (attention.blocks): same bits."""
+    from attnum.attention import blocks, flash_forward
 
     q, k, v, kw = _inputs(mask, seed=7)
+    monkeypatch.setattr(flash_forward, "ROW_BLOCK_ELEMS", 2 * 4 * 8 * 5)  # 5 rows per block of B=2, H=4, Bc=8
     run = lambda: flash_attention(q, k, v, policy="fa2:bf16,max_shift=qiu-yao", block_k=8, return_lse=True, **kw)
     with monkeypatch.context() as m:
-        m.setattr(flash_forward, "ROW_BLOCK_ELEMS", 1 << 40)
-        m.setattr(heads, "threads_for", lambda H, device: 1)
+        m.setattr(blocks, "threads_for", lambda n, device: 1)
         want = run()
-    monkeypatch.setattr(flash_forward, "ROW_BLOCK_ELEMS", 2 * 4 * 8 * 5)  # 5 rows per block of B=2, H=4, Bc=8
-    monkeypatch.setattr(heads, "threads_for", lambda H, device: 1 if heads.in_worker() else min(H, 3))  # uneven blocks
+    monkeypatch.setattr(blocks, "threads_for", lambda n, device: 1 if blocks.in_worker() else min(n, 3))
     got = run()
     assert _same_bits(got[0], want[0]) and _same_bits(got[1], want[1])

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention import fa4_steps, fused, heads, masks, steps
+from attnum.attention import blocks, fa4_steps, fused, masks, steps
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.policy import Policy
@@ -71,17 +71,14 @@ def flash_forward(
     format, formed as kernels do: m + log(l) in the carrier, then rounded; -inf for empty rows).
     """
     B, H, N, _ = q_BHNd.shape
-    T = heads.threads_for(H, q_BHNd.device)
-    if T > 1:  # parallel across heads, one intra-op thread each (attnum.attention.heads)
-        return heads.run(flash_forward, q_BHNd, k_BHSd, v_BHSd, mk, scale=scale, policy=policy, T=T, tiles=tiles,
-                         variant=variant, kv_order=kv_order)
     q_BHNd, scale = steps.prescale(q_BHNd, scale, policy)  # once for all rows (it looks at all of Q)
     rows = row_block(B, H, N, tiles.Bc, q_BHNd.device)
     kw = dict(scale=scale, policy=policy, tiles=tiles, variant=variant, kv_order=kv_order)
     if rows >= N:
         return _rows_forward(q_BHNd, k_BHSd, v_BHSd, mk, 0, N, **kw)
-    parts = [_rows_forward(q_BHNd[:, :, i0:i0 + rows], k_BHSd, v_BHSd, mk, i0, min(N, i0 + rows), **kw)
-             for i0 in range(0, N, rows)]
+    bounds = [(i0, min(N, i0 + rows)) for i0 in range(0, N, rows)]
+    parts = blocks.map_blocks(lambda i0, i1: _rows_forward(q_BHNd[:, :, i0:i1], k_BHSd, v_BHSd, mk, i0, i1, **kw),
+                              bounds, blocks.threads_for(len(bounds), q_BHNd.device))  # same blocks for any T
     return torch.cat([o for o, _ in parts], dim=2), torch.cat([lse for _, lse in parts], dim=2)
 
 
@@ -89,9 +86,12 @@ ROW_BLOCK_ELEMS = 1 << 20  # a (B, H, rows, Bc) score tile of ~4 MB (float32): i
 
 
 def row_block(B: int, H: int, N: int, Bc: int, device) -> int:
-    """Query rows per block on the CPU: rows are independent (each row's arithmetic depends on Bc and the
-    tile order only), so blocking them changes no bit and keeps a tile's matmuls and passes in cache
-    (measured 2x faster matmuls at B=1 H=8 N=4096 Bc=512); the whole of N elsewhere."""
+    """Query rows per block on the CPU, a function of the shape alone: rows are independent (each row's
+    arithmetic depends on Bc and the tile order), blocks keep a tile's matmuls and passes in cache
+    (measured 2x faster matmuls at B=1 H=8 N=4096 Bc=512) and are the unit of parallelism
+    (:mod:`attnum.attention.blocks`). The BLAS sums an fp32 dot product in its own order, which may
+    depend on the matrix shape: at small d a row's scores can differ in the last bit from an unblocked
+    call (never with the thread count). The whole of N off the CPU."""
     if torch.device(device).type != "cpu":
         return max(1, N)
     return max(1, min(N, ROW_BLOCK_ELEMS // max(1, B * H * Bc)))
