@@ -18,6 +18,7 @@ into the fused tile kernels of :mod:`attnum.attention.fused`.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -38,6 +39,7 @@ def enabled() -> bool:
     return numba is not None and os.environ.get("ATTNUM_JIT", "1") != "0"
 
 
+@functools.lru_cache(maxsize=256)
 def rne_args(fmt, saturate: bool = False) -> tuple:
     """The format as :func:`rne`'s constants: (drop, magic, tiny, max, overflow value, inf value, nosub).
 
@@ -49,6 +51,7 @@ def rne_args(fmt, saturate: bool = False) -> tuple:
             not fmt.subnormals)
 
 
+@functools.lru_cache(maxsize=256)
 def format_args(fmt, mode: str, saturate: bool) -> tuple:
     """The format as the kernels' plain arguments (formats stay data: nothing is compiled per format)."""
     return (fmt.mbits, fmt.emin, float(fmt.max), float(fmt.tiny), SPECIALS_CODES[fmt.specials],

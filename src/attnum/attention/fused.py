@@ -30,6 +30,8 @@ the ``exp``/``probs`` roundings in one pass; dS = round(P (round(dP) - D)) in on
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -56,6 +58,11 @@ def why_unfused(policy: Policy, device: torch.device | str = "cpu") -> str | Non
         return UNFUSED[0]
     if torch.device(device).type != "cpu":
         return UNFUSED[1]
+    return _why_unfused_policy(policy)
+
+
+@functools.lru_cache(maxsize=64)
+def _why_unfused_policy(policy: Policy) -> str | None:
     if policy.exp2 != "native":
         return UNFUSED[2]
     if policy.rescale_threshold is not None:

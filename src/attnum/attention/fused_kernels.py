@@ -10,6 +10,8 @@ IEEE operation gives the same bits whichever program performs it); every roundin
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from attnum import jit
@@ -126,6 +128,7 @@ if jit.numba is not None:
                 o[r, c] = 0.0 if zero_row else _rnd(x, out)
 
 
+@functools.lru_cache(maxsize=256)
 def site_args(fmt, carrier_fmt) -> tuple:
     """A site's format as the kernels' tuple; ``identity`` when every carrier value lies on its grid."""
     return (bool(carrier_fmt.fits_in(fmt)), *jit.rne_args(fmt))
