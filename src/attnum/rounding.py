@@ -79,9 +79,11 @@ def round_to(
 
 
 def _compiled(x: torch.Tensor, fmt: FloatFormat, mode: str) -> bool:
-    """The compiled one-pass kernel applies: CPU, a mode it has, no autograd graph to record, and not
-    float64 -> fp32 (one torch cast is already a single correct rounding)."""
-    return (jit.enabled() and x.device.type == "cpu" and mode in jit.MODE_CODES and x.numel() > 0
+    """The compiled one-pass kernel applies: a plain CPU tensor (no subclass: fake and distributed
+    tensors keep torch's ops), a mode it has, no autograd graph to record, and not float64 -> fp32
+    (one torch cast is already a single correct rounding)."""
+    return (jit.enabled() and type(x) in (torch.Tensor, torch.nn.Parameter) and x.device.type == "cpu"
+            and mode in jit.MODE_CODES and x.numel() > 0
             and not (x.requires_grad and torch.is_grad_enabled()) and not x.is_neg() and not x.is_conj()
             and not (fmt == _FP32 and mode == "nearest_even"))
 
