@@ -19,7 +19,8 @@ PRESETS = ["fp32", "fp64", "fa2:bf16", "fa2:fp16", "uniform:bf16", "uniform:e4m3
            "torch-eager:bf16", "torch-cpu:fp16", "uniform:bf16-nosub", "uniform:e3m2fn"]
 OVERRIDES = ["fa2:bf16,acc=fp16,probs=e4m3fn", "uniform:fp16,scores=bf16,row_sum=e5m2,rescale=e4m3fn",
              "fa2:bf16,matmul_acc=bf16,reduction_chunk=8", "fa2:fp16,normalize=divide", "uniform:bf16,max_shift=qiu-yao",
-             "fa2:bf16,exp=bf16,out=e4m3fn", "fp32,lse=bf16", "fa2:e4m3fn,max_shift=qiu-yao,normalize=divide"]
+             "fa2:bf16,exp=bf16,out=e4m3fn", "fp32,lse=bf16", "fa2:e4m3fn,max_shift=qiu-yao,normalize=divide",
+             "fa4:bf16", "fa2:fp16,rescale_threshold=2", "uniform:bf16,exp2=poly5,max_shift=qiu-yao"]
 MASKS = ["none", "causal", "bottom_right", "window", "bool", "additive"]
 
 
@@ -102,8 +103,7 @@ def test_decode_split_kv_equal(monkeypatch):
     assert _same_bits(a, b)
 
 
-@pytest.mark.parametrize("policy, reason", [("fa4:bf16", fused.UNFUSED[2]), ("fa2:bf16,rescale_threshold=8", fused.UNFUSED[3]),
-                                            ("sage1:bf16", fused.UNFUSED[4])])
+@pytest.mark.parametrize("policy, reason", [("sage1:bf16", fused.UNFUSED[2]), ("sage3:fp16", fused.UNFUSED[2])])
 def test_unfused_policies_are_named(policy, reason, monkeypatch):
     assert fused.why_unfused(parse_policy(policy)) == reason
     assert fused.why_unfused(parse_policy("fa2:bf16"), "cuda") == fused.UNFUSED[1]

@@ -18,10 +18,12 @@ the row sum, the rescale and the accumulation as separate passes over the tile. 
 The unfused step is the reference: ``ATTNUM_JIT=0`` runs it, and ``tests/test_fused.py`` holds the
 two equal bit for bit (policy presets, site overrides, both variants, masks, GQA, Qiu-Yao).
 
+FA4's conditional rescaling and software exp2 (``rescale_threshold``, ``exp2=polyN``) keep their torch
+steps (:mod:`attnum.attention.fa4_steps`) between the compiled scores and rounding passes.
+
 Not fused (the unfused step runs; :func:`why_unfused` names the reason, ``attnum.attention.fused.UNFUSED``
-lists them): ``ATTNUM_JIT=0`` or numba missing; a non-CPU device; FA4's software exp2 (``exp2=polyN``)
-and conditional rescaling (``rescale_threshold``); SageAttention policies (``lowbit``, their own
-kernel); a site whose format does not fit the carrier.
+lists them): ``ATTNUM_JIT=0`` or numba missing; a non-CPU device; SageAttention policies (``lowbit``,
+their own kernel); a site whose format does not fit the carrier.
 
 The backward (:mod:`attnum.attention.flash_backward`) fuses the same way per KV tile
 (:func:`backward_tile`): scale, ``scores`` rounding, mask and s - LSE in one pass; torch's exp;
@@ -44,8 +46,6 @@ from attnum.policy import SITES, Policy
 UNFUSED = (
     "ATTNUM_JIT=0 or numba not importable",
     "device other than cpu",
-    "exp2=polyN (FA4 software exp2)",
-    "rescale_threshold (FA4 conditional rescaling)",
     "lowbit (SageAttention policies)",
     "a site format that does not fit the carrier",
 )
@@ -63,16 +63,12 @@ def why_unfused(policy: Policy, device: torch.device | str = "cpu") -> str | Non
 
 @functools.lru_cache(maxsize=64)
 def _why_unfused_policy(policy: Policy) -> str | None:
-    if policy.exp2 != "native":
-        return UNFUSED[2]
-    if policy.rescale_threshold is not None:
-        return UNFUSED[3]
     if policy.lowbit is not None:
-        return UNFUSED[4]
+        return UNFUSED[2]
     carrier = _carrier_fmt(policy)
     if not all(getattr(policy, s).fits_in(carrier) and (carrier.fits_in(getattr(policy, s)) or getattr(policy, s).mbits < 52)
                for s in SITES):
-        return UNFUSED[5]
+        return UNFUSED[3]
     return None
 
 
@@ -161,10 +157,13 @@ def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf
     """:func:`attnum.attention.flash_forward._fa2_step` (with the scores of the tile) in fused passes."""
     from attnum.attention.fused_kernels import acc_update_
 
-    s, m_blk = _scores_shift(q, k_j, tile, scale, m, policy, True, buf)
-    m_new = torch.maximum(m, m_blk)
-    m_safe = steps.safe_max(m_new)
-    p = _round_site_(s.exp_(), policy, "exp")
+    if policy.exp2 == "native" and policy.rescale_threshold is None:
+        s, m_blk = _scores_shift(q, k_j, tile, scale, m, policy, True, buf)
+        m_new = torch.maximum(m, m_blk)
+        m_safe = steps.safe_max(m_new)
+        p = _round_site_(s.exp_(), policy, "exp")
+    else:
+        m_new, m_safe, p = _fa4_exp(q, k_j, tile, scale, m, policy, buf)
     alpha = policy.round("rescale", torch.exp(m - m_safe))
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     if not policy.exp.fits_in(policy.probs):  # P as fed to the P V matmul (after its row sum is taken)
@@ -174,6 +173,28 @@ def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf
     acc_update_(acc.view(R, dv).numpy(), alpha.reshape(R).contiguous().numpy(), pv.view(R, dv).numpy(),
                 site_args(policy.acc, _carrier_fmt(policy)))
     return m_new, l, acc
+
+
+def _fa4_exp(q, k_j, tile, scale: float, m, policy: Policy, buf):
+    """FlashAttention-4's steps of a tile (:mod:`attnum.attention.fa4_steps`: the running maximum kept
+    within ``rescale_threshold``, exp by the software exp2 polynomial), torch's ops around the compiled
+    scores and rounding passes; returns (m_new, m_safe, P on the ``exp`` grid)."""
+    from attnum.attention import fa4_steps
+    from attnum.attention.fused_kernels import sub_rows_
+
+    s = steps.matmul(q, k_j.transpose(-1, -2), policy, out=buf).contiguous()
+    _scores_pass(s, tile, scale, policy)
+    m_new = torch.maximum(m, steps.block_max(s, policy))
+    if policy.rescale_threshold is not None:
+        m_new = fa4_steps.lazy_max(m, m_new, policy.rescale_threshold)
+    m_safe = steps.safe_max(m_new)
+    if policy.exp2 != "native":
+        return m_new, m_safe, _round_site_(fa4_steps.exp_poly(s, m_safe, policy.exp2).to(s.dtype).contiguous(), policy,
+                                           "exp")
+    C = s.shape[-1]
+    R = s.numel() // C
+    sub_rows_(s.view(R, C).numpy(), m_safe.reshape(R).contiguous().numpy())
+    return m_new, m_safe, _round_site_(s.exp_(), policy, "exp")
 
 
 def fa1_step(q, k_j, v_j, tile, scale: float, m, l, o, policy: Policy, ws, buf):
