@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from _sweep_helpers import CLI, TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, cli_env, run_cli, write_spec
+from _sweep_helpers import CLI, TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, cli_env, write_spec
 
 from attnum.attention import golden_attention
 from attnum.executors import SweepOptions, run_sweep
