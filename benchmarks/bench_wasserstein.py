@@ -1,7 +1,7 @@
 """attnum.wasserstein_distance vs scipy.stats.wasserstein_distance on two 10^7-element float32 tensors.
 
 Target (issue 5): >= 10x faster than scipy in the same run, equal within 1e-9 relative.
-Data as in research/emulation-wasserstein.md §2.4: a = 0.02 N(0,1), b = a + 1e-3 N(0,1), seed 0.
+Data: a = 0.02 N(0,1), b = a + 1e-3 N(0,1), seed 0.
 Times are the median of ``--reps`` runs (time.perf_counter). Exit status 1 if a target is missed.
 
     python benchmarks/bench_wasserstein.py [--n 10000000] [--reps 3]

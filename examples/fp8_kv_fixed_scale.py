@@ -46,4 +46,4 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
                    max_seqlen=max_seqlen, is_causal=is_causal, scale=scale, return_lse=return_lse)
 
 
-target = ServingTarget("fp8-kv-fixed-scale", decode=decode)
+target = ServingTarget("fp8-kv-fixed-scale", decode=decode, kv_cache_dtype="e4m3fn", k_scale=1.0, v_scale=1.0)

@@ -3,7 +3,8 @@
 Audited on CPU through ``triton-interpret:tests/_interp_triton_attention.py:attention``. One program
 per (query block, batch x head); the key loop keeps the running max m_i, the running sum l_i and the
 accumulator in fp32, masks the ragged last key tile and, with ``is_causal``, keys j > i (top-left).
-Rows with no key give 0. ``attention_unmasked_tail`` is the same kernel with the tail mask dropped
+Rows with no key give 0. Its dots ask for ``input_precision="ieee"`` (exact fp32 on the GPU);
+``attention_tf32`` is the same kernel with Triton's NVIDIA default, TF32. ``attention_unmasked_tail`` is the same kernel with the tail mask dropped
 from the scores (padded keys load as 0 and score 0): the bug class of flash-attn's
 ``test_flash_attn_bwd_overflow``. Shapes: q (B, H, N, d), k, v (B, H, S, d).
 """
@@ -21,7 +22,7 @@ BLOCK_M, BLOCK_N = 64, 64
 
 @triton.jit
 def _fwd(Q, K, V, O, sm_scale, N, S, D,
-         CAUSAL: tl.constexpr, MASK_TAIL: tl.constexpr,
+         CAUSAL: tl.constexpr, MASK_TAIL: tl.constexpr, PRECISION: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D_PAD: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -38,7 +39,7 @@ def _fwd(Q, K, V, O, sm_scale, N, S, D,
         key_ok = offs_n[:, None] < S
         k = tl.load(K + bh * S * D + offs_n[:, None] * D + offs_d[None, :], mask=key_ok & d_ok, other=0.0)
         v = tl.load(V + bh * S * D + offs_n[:, None] * D + offs_d[None, :], mask=key_ok & d_ok, other=0.0)
-        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32))) * sm_scale
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=PRECISION) * sm_scale
         keep = offs_m[:, None] >= 0
         if MASK_TAIL:
             keep = keep & (offs_n[None, :] < S)
@@ -50,20 +51,20 @@ def _fwd(Q, K, V, O, sm_scale, N, S, D,
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
         m_i = m_new
     out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i[:, None] > 0, l_i[:, None], 1.0), 0.0)
     tl.store(O + bh * N * D + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok & d_ok)
 
 
-def _launch(query, key, value, is_causal, scale, mask_tail):
+def _launch(query, key, value, is_causal, scale, mask_tail, precision="ieee"):
     B, H, N, d = query.shape
     S = key.shape[-2]
     q, k, v = (x.contiguous() for x in (query, key, value))
     o = torch.empty_like(q)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     grid = (triton.cdiv(N, BLOCK_M), B * H)
-    _fwd[grid](q, k, v, o, sm_scale, N, S, d, CAUSAL=bool(is_causal), MASK_TAIL=mask_tail,
+    _fwd[grid](q, k, v, o, sm_scale, N, S, d, CAUSAL=bool(is_causal), MASK_TAIL=mask_tail, PRECISION=precision,
                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, D_PAD=max(16, triton.next_power_of_2(d)))
     return o
 
@@ -86,3 +87,8 @@ def attention_unmasked_tail(query, key, value, attn_mask=None, dropout_p=0.0, is
                             enable_gqa=False):
     _refuse(query, key, value, attn_mask)
     return _launch(query, key, value, is_causal, scale, mask_tail=False)
+
+
+def attention_tf32(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    _refuse(query, key, value, attn_mask)
+    return _launch(query, key, value, is_causal, scale, mask_tail=True, precision="tf32")

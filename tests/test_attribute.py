@@ -90,3 +90,24 @@ def test_attribute_kind_in_a_sweep_is_stored(tmp_path):
     assert "mean_signed" in rows["compare"]["metrics"]["flash_vs_golden"]  # signed metrics in the store
     with pytest.raises(AttnumInputError, match="kind='kernels'"):
         spec_from_dict({"name": "a", "axes": {"kind": "kernels"}})
+
+
+def test_ratio_against_a_floor_is_not_a_ratio():
+    """A site one implementation lacks (the baseline has no online-softmax rescale) is compared with that
+    implementation's floor: no flash/baseline ratio, and the table says why."""
+    from attnum.studies.paper.attribute import ratio_text
+
+    row = {"site": "rescale", "rounds": True, "rounds_in": ("flash",), "only_flash": 3.3e-5, "only_baseline": 1.1e-8}
+    assert ratio_text(row) == "n/a (baseline has no such site)"
+    assert ratio_text({**row, "site": "scores"}) == "n/a (baseline does not round here)"
+    assert ratio_text({**row, "rounds_in": ("flash", "baseline")}) == f"{3.3e-5 / 1.1e-8:.3g}x"
+    assert ratio_text({**row, "site": "floor", "rounds_in": ("flash", "baseline")}) == f"{3.3e-5 / 1.1e-8:.3g}x"
+
+
+def test_cli_rescale_row_says_na(capsys):
+    from attnum.cli import main
+
+    assert main(["attribute", "--policy", "uniform:bf16", "--seq-len", "128", "--heads", "1", "--block-q", "64",
+                 "--block-k", "16"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("rescale"))
+    assert "n/a (baseline has no such site)" in line and "x " not in line.split("n/a")[0][-3:]

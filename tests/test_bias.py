@@ -29,7 +29,7 @@ def test_adam_update_is_the_step_torch_takes():
 
 
 def test_split_gives_the_models_q_k_v_rows():
-    from attnum.studies.training.models import ModelConfig, SelfAttention
+    from attnum.workloads.models import ModelConfig, SelfAttention
 
     torch.manual_seed(0)
     m = SelfAttention(ModelConfig(d_model=8, n_heads=2))
@@ -101,13 +101,15 @@ def test_site_bias_reports_every_rounding_site():
     assert set(fa2["runs"]["none"]) == {"full", "floor", "probs", "out"}  # the only bf16 sites of fa2:bf16
 
 
-def test_config_and_cli_errors(capsys):
+def test_config_and_cli_errors(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out is relative: never leave runs/diverge in the checkout
     with pytest.raises(AttnumInputError, match="runs="):
         bias.BiasConfig(runs=("uniform-bf16",))  # the fp32 reference is required
     with pytest.raises(AttnumInputError, match="data="):
         bias.BiasConfig(data="images")
     assert main(["diverge", "--workload", "digits", "--profile", "bias"]) == 2
     assert "workload='digits' is not allowed" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # a rejected command leaves no folder and no attnum.lock
 
 
 def test_cli_runs_the_tiny_profile(tmp_path, capsys):

@@ -12,7 +12,13 @@ import torch
 from attnum.errors import AttnumInputError
 from attnum.formats import get_format
 from attnum.mx import (
-    BLOCK_FORMATS, E8M0, BlockFormat, block_quantize, block_quantize_reference, element_grid, get_block_format,
+    BLOCK_FORMATS,
+    E8M0,
+    BlockFormat,
+    block_quantize,
+    block_quantize_reference,
+    element_grid,
+    get_block_format,
 )
 
 ML = {"e2m1fn": ml_dtypes.float4_e2m1fn, "e2m3fn": ml_dtypes.float6_e2m3fn, "e3m2fn": ml_dtypes.float6_e3m2fn,
@@ -99,3 +105,27 @@ def test_bad_block_and_scale_inputs_name_the_parameter():
     with pytest.raises(AttnumInputError, match=r"^block_format='mxfp3' is not allowed"):
         get_block_format("mxfp3")
     assert BLOCK_FORMATS["nvfp4"].bits_per_value == 4.5 and BLOCK_FORMATS["mxfp4"].bits_per_value == 4.25
+
+
+@pytest.mark.parametrize("mbits", [1, 7, 13])
+def test_e8_fast_path_is_the_generic_rounding_bit_for_bit(mbits):
+    """round_to's float32 bit path for e8mY (fp22 = e8m13, bf16 = e8m7) against the generic path: random
+    values over the whole exponent range, every tie pattern's neighbourhood, subnormals, inf, max, NaN."""
+    from attnum.formats import FloatFormat
+    from attnum.rounding import round_generic, round_to
+
+    g = torch.Generator().manual_seed(mbits)
+    f = FloatFormat(ebits=8, mbits=mbits)
+    r = torch.randn(50000, generator=g) * torch.exp2(torch.randint(-150, 128, (50000,), generator=g).float())
+    bits = torch.randint(0, 2**31 - 1, (50000,), generator=g, dtype=torch.int32)
+    tie = (bits & ~((1 << (23 - mbits)) - 1)) | (1 << (22 - mbits))  # exactly halfway
+    ties = tie.view(torch.float32)
+    near = torch.cat([ties, torch.nextafter(ties, torch.full_like(ties, math.inf)),
+                      torch.nextafter(ties, torch.zeros_like(ties))])
+    special = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 3.4028235e38, -3.4028235e38, 1e-45, -1e-45,
+                            2.0**-126, 3 * 2.0**-127])
+    x = torch.cat([r, near, -near, special])
+    a, b = round_to(x, f), round_generic(x, f)
+    assert torch.equal(torch.isnan(a), torch.isnan(b))
+    keep = ~torch.isnan(a)
+    assert torch.equal(a[keep].view(torch.int32), b[keep].view(torch.int32))

@@ -54,7 +54,11 @@ def test_every_figure_loads_and_console_is_clean(tmp_path_factory, tmp_path):
     assert [cid for cid, _ in sections] == ["mantissa", "ten_x", "seq_len", "swap", "square", "tiles"]
     body = dict(sections)
     assert all('<table class="map">' in html for html in body.values())
-    assert 'id="fig4"' in body["ten_x"] and 'id="grid"' in body["ten_x"] and 'id="fig6b"' in body["square"]
+    assert 'id="fig4"' in body["ten_x"] and 'id="fig6b"' in body["square"]
+    # The page leads with its finding: the headline paragraph and the grid figure before the Findings table.
+    lead, findings = dom.index('class="lead"'), dom.index("<h2>Findings</h2>")
+    assert lead < findings and 'id="grid"' in dom[lead:findings] and 'href="#headline"' in body["ten_x"]
+    assert "the fp64 golden" in dom[lead:findings]
     assert "policy fa2 / variant fa1" in dom  # policy and variant named as such
 
 

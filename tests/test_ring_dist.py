@@ -3,8 +3,6 @@ a rank that fails or dies is reported with its rank, never left hanging."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -39,9 +37,8 @@ def test_gloo_ring_equals_simulation_bit_for_bit(P, layout, merge_policy, one_th
                                         ("exit", "rank 1 of 2 died with exit code 3")])
 def test_failed_rank_is_reported_not_hung(kind, match):
     """Rank 1 raises (or exits without a word) before its first send: rank 0 would wait in recv
-    forever; the parent reports rank 1 and ends rank 0 well before the 100 s collective timeout."""
+    forever; the parent reports rank 1 and ends rank 0 itself. The collective timeout is set far
+    beyond the test's own (120 s), so a parent that waited for it would fail by timing out."""
     q, k, v = _qkv(128)
-    t0 = time.monotonic()
     with pytest.raises(RankFailed, match=match):
-        ring_attention_distributed(q, k, v, is_causal=True, shards=2, timeout=100, fault={"rank": 1, "kind": kind})
-    assert time.monotonic() - t0 < 60
+        ring_attention_distributed(q, k, v, is_causal=True, shards=2, timeout=3600, fault={"rank": 1, "kind": kind})

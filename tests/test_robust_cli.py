@@ -454,22 +454,22 @@ def test_disk_errors_are_one_line_naming_the_file(code, words, temp_dir, capsys,
 
 def test_disk_error_in_a_real_write(tmp_path, temp_dir, capsys, monkeypatch):
     """diverge --checkpoints writes checkpoints.json: a full disk there is one line, exit 2."""
-    import pathlib
-
     import torch
 
     a, b = tmp_path / "A", tmp_path / "B"
     a.mkdir(), b.mkdir()
     torch.save({"w": torch.zeros(2)}, a / "m.pt")
     torch.save({"w": torch.ones(2)}, b / "m.pt")
-    real = pathlib.Path.write_text
+    import attnum.outfile
 
-    def full(self, *args, **kwargs):
-        if self.name == "checkpoints.json":
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
-        return real(self, *args, **kwargs)
+    real = attnum.outfile.os.fsync  # outputs are written to a temp file, synced, renamed into place
 
-    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    def full(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(".checkpoints.json."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(attnum.outfile.os, "fsync", full)
     _one_error_line(capsys, main(["diverge", "--checkpoints", str(a), str(b), "--out", str(tmp_path / "o")]),
                     ("checkpoints.json", "disk is full", "ENOSPC"), temp_dir)
 

@@ -102,18 +102,25 @@ PATHOLOGICAL = {
 }
 
 
-@pytest.mark.timeout(60)
+def _best_of(n: int, fn) -> float:
+    """The fastest of ``n`` runs: the cost of the work itself, least disturbed by other load."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", PATHOLOGICAL)
 @pytest.mark.parametrize("python", [True, False], ids=["py", "cu"])
 def test_pathological_line_is_linear(name, python):
+    """Growth, not wall time: ten such lines cost about ten times one (linear: 10; quadratic: 100)."""
     line = PATHOLOGICAL[name]
-    t0 = time.perf_counter()
-    scan_text(line, "x", python=python)
-    one = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    scan_text("\n".join([line] * 10), "x", python=python)  # ten such lines cost ~ten times one
-    ten = time.perf_counter() - t0
-    assert one < 1.0 and ten < 10.0, (one, ten)
+    one = _best_of(2, lambda: scan_text(line, "x", python=python))
+    ten = _best_of(2, lambda: scan_text("\n".join([line] * 10), "x", python=python))
+    assert ten / max(one, 1e-3) < 30, (one, ten)
 
 
 @pytest.mark.timeout(30)
@@ -134,20 +141,29 @@ UNIT = (
 )
 
 
-@pytest.mark.timeout(300)
-def test_50_mb_file_in_linear_time_with_exact_line_numbers(tmp_path):
-    reps = 50_000_000 // len(UNIT) + 1
-    path = tmp_path / "big.py"
+def _scan_units(tmp_path, reps: int):
+    path = tmp_path / f"big{reps}.py"
     path.write_text(UNIT * reps)
-    t0 = time.perf_counter()
-    report = scan([path])
-    elapsed = time.perf_counter() - t0
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_big_file_in_linear_time_with_exact_line_numbers(tmp_path):
+    """A 4x larger file takes about 4x as long (linear; a quadratic scan would take 16x) and every line
+    number is exact to the end. Growth, not wall time: the 50 MB speed figure is
+    benchmarks/bench_scan.py's."""
+    small, big = 1_000_000 // len(UNIT) + 1, 4_000_000 // len(UNIT) + 1
+    small_path, big_path = _scan_units(tmp_path, small), _scan_units(tmp_path, big)
+    t_small = _best_of(2, lambda: scan([small_path]))
+    reports = []
+    t_big = _best_of(1, lambda: reports.append(scan([big_path])))
+    report = reports[0]
     lines_per_unit = UNIT.count("\n")
-    assert len(report.findings) == 2 * reps
+    assert len(report.findings) == 2 * big
     last = report.findings[-2:]
-    assert [(f.line, f.rule) for f in last] == [((reps - 1) * lines_per_unit + 2, "finite-inf-constant"),
-                                                ((reps - 1) * lines_per_unit + 5, "finite-mask-fill")]
-    assert elapsed < 60, f"{path.stat().st_size / 1e6:.0f} MB took {elapsed:.1f} s"
+    assert [(f.line, f.rule) for f in last] == [((big - 1) * lines_per_unit + 2, "finite-inf-constant"),
+                                                ((big - 1) * lines_per_unit + 5, "finite-mask-fill")]
+    assert t_big / t_small < 8, f"4x the bytes took {t_big / t_small:.1f}x the time ({t_small:.2f} s -> {t_big:.2f} s)"
 
 
 @pytest.mark.parametrize("sep", ["\f", "\v", "\x1c", "\u2028", "\x85"])

@@ -36,7 +36,12 @@ def test_count_ties_per_tile_and_in_a_format():
 
 def test_score_ties_counts_the_kernels_scores():
     q, k, _ = make_qkv(InputSpec(dist="ties", heads=2, seq_len=64, head_dim=16))
-    t = score_ties(q, k, policy="fp64", detail=True)
+    # A BLAS may sum identical key columns in different orders (edge vs main micro-kernel tiles, by
+    # CPU), so exact fp64 ties of normal inputs are the machine's: only the tolerance count is portable.
+    assert score_ties(q, k, policy="fp64").near == 2 * 64
+    # Dyadic inputs with few bits make every dot product exact in fp64, whatever the summation order.
+    qe, ke = (torch.round(x * 8) / 8 for x in (q, k))
+    t = score_ties(qe, ke, policy="fp64", detail=True)
     assert t.rows == t.exact == t.near == 2 * 64  # every row's maximum is shared
     assert t.max_ties >= 64 // TIE_DISTINCT
     assert score_ties(q, k, policy="fp64").max_ties is None  # detail off: only the row counts

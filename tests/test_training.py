@@ -10,11 +10,11 @@ import torch
 
 from attnum.errors import AttnumInputError
 from attnum.studies.training.checkpoints import checkpoint_name, list_checkpoints, load_state, save_checkpoint
-from attnum.studies.training.data import CAPTION_TEMPLATES, DigitsData, TextData, caption, shard
 from attnum.studies.training.diverge import headline, workload_config
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import summarise
 from attnum.studies.training.loop import RunConfig, train
+from attnum.workloads.data import CAPTION_TEMPLATES, DigitsData, TextData, caption, shard
 
 
 def test_captions_are_templated_and_four_words():
@@ -153,13 +153,31 @@ def test_headline_sentence_follows_the_numbers():
     assert below["ratios"]["lowprec"]["w1"] == {"median": 0.47, "min": 0.45, "max": 0.49, "n": 3, "nonfinite": 0}
     text = below["sentence"]
     assert text.startswith("Over 3 seeds at step 20, by W1 flash's deviation stays below the different-init")
-    assert "and stays below the low-precision deviation (0.47x)" in text
-    assert "by max|dW| flash's deviation stays below the different-init deviation (0.15x) and exceeds the " \
-           "low-precision deviation (1.5x)" in text
+    assert "and stays below the low-precision deviation (0.47x, seeds 0.45..0.49)" in text
+    assert "by max|dW| flash's deviation stays below the different-init deviation (0.15x, seeds 0.12..0.2) and " \
+           "exceeds the low-precision deviation (1.5x, seeds 1.2..2)" in text
     assert "it measures the init, not training" in text  # the different-init W1 did not move
     mixed = summarise({0: _head(0.9, 0.9, seed_growth=3.0), 1: _head(1.1, 1.1, seed_growth=3.0)})
-    assert "straddles" in mixed["sentence"] and "measures the init" not in mixed["sentence"]
+    assert "is within the seed spread of the low-precision" in mixed["sentence"]
+    assert "measures the init" not in mixed["sentence"]
     assert "not finite" not in below["sentence"]
+
+
+@pytest.mark.parametrize("seeds,word", [
+    # the two machines: one median 1.31 (1.13..1.87), the other 1.03 (0.87..1.55): the same words
+    ((1.13, 1.31, 1.87), "is within the seed spread of"),
+    ((0.87, 1.03, 1.55), "is within the seed spread of"),
+    ((1.2, 1.5, 2.0), "exceeds"),  # every seed above 1, the median further from 1 than half the spread
+    ((1.01, 1.6, 1.7), "exceeds"),
+    ((0.36, 0.59, 0.63), "stays below"),
+    ((0.70, 0.82, 1.31), "is within the seed spread of"),
+    ((0.5, 0.98, 0.99), "is within the seed spread of"),  # all below 1, but by less than the seeds differ
+])
+def test_headline_wording_does_not_flip_within_the_seed_spread(seeds, word):
+    h = summarise({i: _head(0.5, x) for i, x in enumerate(seeds)})
+    assert "by max|dW| flash's deviation stays below the different-init deviation" in h["sentence"]
+    clause = h["sentence"].split("by max|dW|")[1]
+    assert f"and {word} the low-precision deviation ({seeds[1]:.2g}x, seeds {seeds[0]:.2g}..{seeds[2]:.2g})" in clause
 
 
 def test_headline_says_how_many_seeds_were_not_finite():

@@ -46,6 +46,7 @@ class Device:
     peak_flops: dict
     bandwidth: float  # bytes/s
     source: str
+    sms: int = 0  # streaming multiprocessors (0: unknown; the split-KV occupancy model then assumes full)
 
     def peak(self, compute: str) -> float | None:
         return self.peak_flops.get(COMPUTE[compute])
@@ -57,13 +58,13 @@ class Device:
 DEVICES: dict[str, Device] = {
     # A100 SXM4 80GB datasheet: BF16 312 TFLOPS (624 sparse), HBM2e 2,039 GB/s; no FP8 tensor cores.
     "A100": Device("A100 SXM 80GB", {"bf16": 312e12, "fp32": 156e12}, 2.039e12,
-                   "NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4)"),
+                   "NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4)", sms=108),
     # H100 SXM5 datasheet: BF16 1,979 and FP8 3,958 TFLOPS with sparsity; HBM3 3.35 TB/s.
     "H100": Device("H100 SXM", {"bf16": 989.5e12, "fp8": 1979e12, "fp32": 494.5e12}, 3.35e12,
-                   "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
+                   "NVIDIA H100 Tensor Core GPU datasheet (SXM5)", sms=132),
     # H200 SXM: the same Hopper compute as H100 SXM; HBM3e 4.8 TB/s (141 GB).
     "H200": Device("H200 SXM", {"bf16": 989.5e12, "fp8": 1979e12, "fp32": 494.5e12}, 4.8e12,
-                   "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+                   "NVIDIA H200 Tensor Core GPU datasheet (SXM)", sms=132),
 }
 
 
@@ -177,6 +178,28 @@ def attention_cost(cfg: CostConfig) -> Cost:
         flops = 2 * B * H * (S * r * (d + d) + p * ((d + dr) + d))
         by["intermediates"] = 2 * B * H * S * ((d + dr) + d) * c  # K and V up-projected, written and read
     return Cost(flops, by, cfg)
+
+
+def split_decode_time(cfg: CostConfig, device: Device, splits: list[int]) -> float | None:
+    """Roofline bound of a split-KV decode whose sequence b has ``splits[b]`` partials (B = len(splits)).
+
+    A model, stated: the call's FLOPs and bytes (:func:`attention_cost`) plus the partials the split
+    adds (each (sequence, head, split) writes an fp32 O of d values and an fp32 LSE, which the combine
+    reads back); a decode streams the cache with one CTA per (sequence, kv head, split), and an SM
+    moves at most 1 / SMs of the HBM bandwidth, so the bandwidth achieved is
+    bandwidth * min(1, CTAs / SMs). This is why kernels split at small batch, and what a fixed split
+    size (more or fewer CTAs than the heuristic) costs."""
+    if len(splits) != cfg.batch:
+        raise bad_value("splits", len(splits), f"one split count per sequence (batch={cfg.batch})")
+    cost = attention_cost(cfg)
+    peak = device.peak(cfg.compute)
+    if peak is None:
+        return None
+    partials = sum(s for s in splits if s > 1)
+    extra = 2 * partials * cfg.heads * cfg.N * (cfg.head_dim + 1) * 4
+    ctas = sum(splits) * cfg.G * max(1, math.ceil(cfg.N * (cfg.heads // cfg.G) / 64))
+    frac = 1.0 if not device.sms else min(1.0, ctas / device.sms)
+    return max(cost.flops / peak, (cost.total_bytes + extra) / (device.bandwidth * frac))
 
 
 def _scale_count(cfg: CostConfig, G: int) -> int:

@@ -7,9 +7,10 @@ Distributions (``InputSpec.dist``; Q, K, V float64, N(0, 1) unless said):
 - ``massive``: massive activations (Sun et al., arXiv 2402.17762): MASSIVE_CHANNELS channels of
   the first token and of a MASSIVE_RATE fraction of others carry MASSIVE in Q and K; a per-block
   or per-tensor scale set by them crushes every other entry of the block to a few levels.
-- ``sink``: an attention sink on the first token: k_0 = SINK_GAIN * mean_i(q_i) / |mean_i(q_i)|**2
-  direction so that every query scores it high, and v_0 = 0.1 * N(0, 1) (sinks carry small values);
-  the other keys N(0, 1) plus the K bias of ``kbias`` / 4.
+- ``sink``: an attention sink on the first token: the queries share a unit direction u (Q = N(0, 1)
+  + SINK_SHARED u) and k_0 = SINK_GAIN sqrt(d) / SINK_SHARED u, so every query's score on it is about
+  SINK_GAIN (far above the others'), and v_0 = 0.1 * N(0, 1) (sinks carry small values); the other
+  keys N(0, 1) plus the K bias of ``kbias`` / 4.
 - ``lm``: Q, K, V of one attention layer of attnum's byte-level LM (the ``lm`` training workload)
   after LM_STEPS AdamW steps on its bundled text (seconds; cached per process and in
   ``$ATTNUM_CACHE`` (default ``~/.cache/attnum``) as ``lm_qkv_<seed>_<batch>.pt``); heads and
@@ -29,7 +30,7 @@ from attnum.errors import bad_value
 STRUCTURED = ("kbias", "massive", "sink", "lm")
 KBIAS_STD = 4.0
 MASSIVE, MASSIVE_CHANNELS, MASSIVE_RATE = 100.0, 2, 0.002
-SINK_GAIN = 8.0
+SINK_GAIN, SINK_SHARED = 8.0, 3.0
 LM_STEPS, LM_HEADS, LM_HEAD_DIM, LM_SEQ, LM_LAYER, LM_BATCH = 60, 2, 64, 128, 1, 8
 
 
@@ -52,9 +53,11 @@ def structured_qkv(spec, device="cpu") -> tuple[torch.Tensor, torch.Tensor, torc
             rows[0] = True
             x[:, :, rows.nonzero().flatten()[:, None], ch] = MASSIVE
     elif spec.dist == "sink":
+        u = torch.randn(B, G, 1, d, generator=g, dtype=torch.float64)
+        u = u / u.norm(dim=-1, keepdim=True)
+        q = q + SINK_SHARED * u.repeat_interleave(H // G, dim=1)  # queries share a direction (as real ones do)
         k = k + bias / 4
-        qm = q.mean(dim=2).reshape(B, G, H // G, d).mean(dim=2)  # (B, G, d): the queries' common direction
-        k[:, :, 0] = SINK_GAIN * (d**0.5) * qm / qm.pow(2).sum(-1, keepdim=True).clamp_min(1e-12)
+        k[:, :, 0] = (SINK_GAIN * d**0.5 / SINK_SHARED) * u[:, :, 0]  # q . k_0 / sqrt(d) ~ SINK_GAIN (1 + z / 3)
         v[:, :, 0] = 0.1 * torch.randn(B, G, d, generator=g, dtype=torch.float64)
     else:
         raise bad_value("dist", spec.dist, f"one of {STRUCTURED}")
@@ -108,8 +111,8 @@ def _train_and_capture(batch: int, seed: int):
 
 
 def _train(batch: int, seed: int):
-    from attnum.studies.training.models import ModelConfig, set_attention
-    from attnum.studies.training.workloads import Workload, WorkloadConfig
+    from attnum.workloads.models import ModelConfig, set_attention
+    from attnum.workloads.workloads import Workload, WorkloadConfig
 
     torch.manual_seed(seed)
     if batch > LM_BATCH:

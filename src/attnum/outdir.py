@@ -17,6 +17,8 @@ _FILE_LIKE = (".sqlite", ".sqlite3", ".db")
 
 def check_out_folder(path: str | Path, param: str = "--out") -> Path:
     """``path`` if it can be an output folder (it may not exist yet); raise in one line otherwise."""
+    if isinstance(path, str) and not path.strip():
+        raise bad_value(param, path, "a folder name (an empty name is not the current folder; say '.' for that)")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise bad_value(param, str(p), "a folder, not an existing file (attnum writes several files into it)")

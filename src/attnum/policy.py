@@ -266,6 +266,9 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
         if not eq:
             raise AttnumInputError(f"policy override {item!r} is not allowed; expected site=FORMAT")
         key = key.strip()
+        if key in overrides:  # acc=fp16,acc=fp32: which one was meant? never the last silently
+            raise AttnumInputError(f"policy={spec!r} is not allowed; override {key!r} is given twice, "
+                                   "expected each site at most once")
         if key == "reduction_chunk":
             overrides[key] = None if value in ("", "none") else _int(value, key)
         elif key == "matmul_acc":

@@ -29,8 +29,8 @@ from attnum.errors import AttnumInputError
 from attnum.formats import PRESETS, FloatFormat, get_format
 from attnum.workspace import FRESH, Workspace
 
-RoundingMode = Literal["nearest_even", "toward_zero", "stochastic"]
-MODES = ("nearest_even", "toward_zero", "stochastic")
+RoundingMode = Literal["nearest_even", "nearest_away", "toward_zero", "stochastic"]
+MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _CARRIERS = (torch.float32, torch.float64)
 _NATIVE = {PRESETS["bf16"]: torch.bfloat16, PRESETS["fp16"]: torch.float16}  # by value: e8m7 is bf16
 _FP32 = PRESETS["fp32"]
@@ -47,9 +47,10 @@ def round_to(
 ) -> torch.Tensor:
     """Round every element of ``x`` to ``fmt``; returns a tensor of x's dtype and shape.
 
-    ``mode``: ``nearest_even`` (IEEE default), ``toward_zero`` (truncation; finite overflow gives
-    max), or ``stochastic`` (rounds up with probability equal to the distance from the lower
-    neighbour in ulps; reproducible with ``generator``).
+    ``mode``: ``nearest_even`` (IEEE default), ``nearest_away`` (ties away from zero: PTX's
+    ``cvt.rna``, as for fp32 -> tf32), ``toward_zero`` (truncation; finite overflow gives max), or
+    ``stochastic`` (rounds up with probability equal to the distance from the lower neighbour in ulps;
+    reproducible with ``generator``).
     Overflow: inf for IEEE-like formats, NaN for ``fn`` formats, max for formats with neither,
     max for every format when ``saturate=True``. NaN and inf inputs propagate (inf becomes NaN in
     ``fn`` formats and max in formats without inf, as a hardware cast would). Signed zero is kept.
@@ -75,6 +76,8 @@ def round_to(
             return _round_native(x, native, fmt, saturate)
         if fmt == _FP32 and mode == "nearest_even" and not saturate:
             return x.to(torch.float32).to(x.dtype)  # IEEE float64 -> float32: one correct rounding
+        if x.dtype == torch.float32 and _e8_bits_ok(fmt, mode, saturate):
+            return _round_e8_bits(x, fmt.mbits)
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
 
 
@@ -86,6 +89,23 @@ def _compiled(x: torch.Tensor, fmt: FloatFormat, mode: str) -> bool:
             and mode in jit.MODE_CODES and x.numel() > 0
             and not (x.requires_grad and torch.is_grad_enabled()) and not x.is_neg() and not x.is_conj()
             and not (fmt == _FP32 and mode == "nearest_even"))
+
+
+def _e8_bits_ok(fmt: FloatFormat, mode: str, saturate: bool) -> bool:
+    """fp32's own exponent (8 bits, IEEE specials, subnormals) with fewer mantissa bits: e8mY."""
+    return fmt.ebits == 8 and fmt.specials == "ieee" and fmt.subnormals and mode == "nearest_even" and not saturate
+
+
+def _round_e8_bits(x: torch.Tensor, mbits: int) -> torch.Tensor:
+    """Nearest-even to e8mY on float32's bits: add half an ulp minus one (plus the kept LSB, for
+    ties to even) and clear the dropped bits. A carry moves into the exponent (up a binade, or to inf
+    past the max); fp32 subnormals round on e8mY's subnormal grid 2**(-126 - Y), which is the same
+    bit position. NaN stays NaN (its bits could otherwise carry into the sign)."""
+    drop = 23 - mbits
+    bits = x.view(torch.int32)
+    bias = torch.bitwise_right_shift(bits, drop).bitwise_and_(1).add_((1 << (drop - 1)) - 1)
+    out = bits.add(bias).bitwise_and_(~((1 << drop) - 1)).view(torch.float32)
+    return torch.where(torch.isnan(x), x, out)
 
 
 class _RoundSTE(torch.autograd.Function):
@@ -214,6 +234,9 @@ def _round_in_place(x, fmt: FloatFormat, mode: str, generator, saturate: bool, w
         x = x.div_(p1).div_(p2)
     if mode == "nearest_even":
         x = x.round_()  # ties to even
+    elif mode == "nearest_away":  # x - trunc(x) is exact, so a tie is seen exactly
+        t = x.trunc()
+        x = torch.where((x - t).abs() == 0.5, t + x.sign(), x.round())
     elif mode == "toward_zero":
         x = x.trunc_()
     else:

@@ -16,6 +16,10 @@ into the main file (checkpoint TRUNCATE) when a writer opens (rows a killed run 
 every ``CHECKPOINT_EVERY_S`` while it runs, at the end of every run and on close, so a copy of
 ``attnum.sqlite`` alone holds every committed row once a run has ended.
 
+The store is three modules: the schema, its version and its migration (``attnum.store_schema``),
+the reading half (``attnum.store_read``: rows of the wrong shape are reported and skipped) and the
+writer here; every public name stays importable from ``attnum.store``.
+
 Reading (``open_store(DIR)``) opens the file read-only (``mode=ro``): no schema, no checkpoint, the
 file's bytes and mtime stay as they were. Every SQLite or disk failure is one line naming the file
 and what to do (:class:`~attnum.errors.AttnumEnvironmentError`).
@@ -33,32 +37,18 @@ from typing import Any
 
 from attnum.errors import AttnumEnvironmentError, bad_value
 from attnum.outdir import make_out_folder
-from attnum.processes import is_running, this_process
-from attnum.store_file import check_attnum, check_header, connect_readonly, environment_error, guard
+from attnum.processes import this_process
+from attnum.store_file import check_attnum, check_header, connect_readonly, guard
 from attnum.store_lock import FolderLock
+from attnum.store_read import StoreReader
+from attnum.store_schema import _SCHEMA, DB_NAME, RUN_PROCESS_COLUMNS, SCHEMA_VERSION, check_version, create_or_migrate
 
-DB_NAME = "attnum.sqlite"
-SCHEMA_VERSION = "1"
+__all__ = ["CHECKPOINT_EVERY_S", "DB_NAME", "SCHEMA_VERSION", "Store", "StoreReader", "open_store", "_SCHEMA"]
+
 CHECKPOINT_EVERY_S = 10.0
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS planned (
-    key TEXT PRIMARY KEY, kind TEXT NOT NULL, groups TEXT NOT NULL, config TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id INTEGER PRIMARY KEY AUTOINCREMENT, command TEXT, started_at REAL NOT NULL,
-    finished_at REAL, status TEXT NOT NULL, n_todo INTEGER, executor TEXT, jobs INTEGER,
-    pid INTEGER, host TEXT, proc_start TEXT);
-CREATE TABLE IF NOT EXISTS environments (env_id TEXT PRIMARY KEY, env TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS points (
-    key TEXT PRIMARY KEY REFERENCES planned(key), status TEXT NOT NULL, metrics TEXT, error TEXT,
-    run_id INTEGER REFERENCES runs(run_id), env_id TEXT REFERENCES environments(env_id),
-    started_at REAL, wall_s REAL, worker TEXT, written_at REAL NOT NULL);
-"""
-_RUN_PROCESS_COLUMNS = ("pid", "host", "proc_start")  # added after schema 1 shipped: old stores lack them
 
-
-class Store:
+class Store(StoreReader):
     """An open results database. Only the driver process writes; workers return plain results.
 
     ``Store(DIR)`` opens (or creates) DIR's store for writing; ``Store(DIR, readonly=True)`` (or
@@ -72,6 +62,7 @@ class Store:
         self._lock: FolderLock | None = None
         self._db: sqlite3.Connection | None = None
         self._envs: set[str] = set()
+        self.skipped: list[tuple] = []
         self._has_process_cols = True
         self._last_checkpoint = time.monotonic()
         if readonly:
@@ -98,11 +89,7 @@ class Store:
             self._q("PRAGMA journal_mode=WAL")
             # NORMAL is durable against a killed process (WAL); only a power cut could lose the tail.
             self._q("PRAGMA synchronous=NORMAL")
-            self._guard(self._db.executescript, _SCHEMA)
-            have = {row[1] for row in self._q("PRAGMA table_info(runs)")}
-            for col, typ in zip(_RUN_PROCESS_COLUMNS, ("INTEGER", "TEXT", "TEXT")):
-                if col not in have:
-                    self._q(f"ALTER TABLE runs ADD COLUMN {col} {typ}")
+            create_or_migrate(self._q, lambda script: self._guard(self._db.executescript, script))
             self._has_process_cols = True
             self.checkpoint()  # rows a killed run left in -wal go into the main file now
             self._mark_killed_runs()
@@ -120,27 +107,12 @@ class Store:
     def _check_attnum(self) -> None:
         tables = check_attnum(self._db, self.path)
         cols = {row[1] for row in self._q("PRAGMA table_info(runs)")} if "runs" in tables else set()
-        self._has_process_cols = set(_RUN_PROCESS_COLUMNS) <= cols
+        self._has_process_cols = set(RUN_PROCESS_COLUMNS) <= cols
+        if "meta" in tables:  # a newer attnum's store: refused before anything reads or writes it
+            check_version(dict(self._q("SELECT key, value FROM meta")).get("schema"), self.path)
 
     def _guard(self, fn, *args, **kwargs):
         return guard(self.path, fn, *args, **kwargs)
-
-    def _q(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
-        """Run one statement and fetch every row (a corrupt page surfaces here, not in a caller's loop)."""
-        return self._guard(lambda: self._db.execute(sql, tuple(args)).fetchall())
-
-    def _environment_error(self, err: sqlite3.Error) -> AttnumEnvironmentError:
-        return environment_error(self.path, err)
-
-    def _json(self, text: str | None, what: str, key: str) -> Any:
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except ValueError as err:
-            raise AttnumEnvironmentError(
-                f"{self.path}: the {what} of point {key!r} is corrupt ({err}); delete that row (or move the "
-                "store aside) and re-run the sweep to recompute it") from None
 
     def checkpoint(self, mode: str = "TRUNCATE") -> None:
         """Fold the WAL into the main file (writers only)."""
@@ -170,9 +142,6 @@ class Store:
         self.close()
 
     # ---- spec binding -----------------------------------------------------------------------
-    def meta(self) -> dict[str, str]:
-        return dict(self._q("SELECT key, value FROM meta")) if self._has_table("meta") else {}
-
     def bind_spec(self, *, name: str, spec_hash: str, canonical: dict[str, Any], source: str) -> None:
         """Claim an empty folder for a spec, or check that it already holds that same spec."""
         held = self.meta()
@@ -194,9 +163,6 @@ class Store:
         }
         with self._tx():
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows.items())
-
-    def spec(self) -> dict[str, Any] | None:
-        return self._json(self.meta().get("spec_json"), "spec", "meta")
 
     # ---- planning and runs ------------------------------------------------------------------
     def plan(self, planned: Iterable[tuple[str, str, tuple[str, ...], dict[str, Any]]]) -> None:
@@ -266,82 +232,6 @@ class Store:
         if time.monotonic() - self._last_checkpoint > CHECKPOINT_EVERY_S:
             self.checkpoint("PASSIVE")  # never waits for readers; bounds what a copy of the main file misses
         return cur.rowcount > 0
-
-    def rows(self, *, kind: str | None = None, status: str | None = "done") -> list[dict[str, Any]]:
-        """Planned points joined with their results; ``status=None`` includes missing ones."""
-        sql = (
-            "SELECT p.key, p.kind, p.groups, p.config, r.status, r.metrics, r.error, r.run_id, "
-            "r.env_id, r.started_at, r.wall_s, r.worker FROM planned p LEFT JOIN points r ON r.key = p.key"
-        )
-        where, args = [], []
-        if kind is not None:
-            where.append("p.kind = ?")
-            args.append(kind)
-        if status is not None:
-            where.append("r.status = ?")
-            args.append(status)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        if not self._has_table("points"):
-            return []
-        out = []
-        for key, kind_, groups, config, st, metrics, error, run_id, env_id, started, wall, worker in (
-            self._q(sql + " ORDER BY p.rowid", args)
-        ):
-            out.append(
-                {
-                    "key": key,
-                    "kind": kind_,
-                    "groups": self._json(groups, "groups", key),
-                    "config": self._json(config, "config", key),
-                    "status": st or "missing",
-                    "metrics": self._json(metrics, "metrics", key),
-                    "error": error,
-                    "run_id": run_id,
-                    "env_id": env_id,
-                    "started_at": started,
-                    "wall_s": wall,
-                    "worker": worker,
-                }
-            )
-        return out
-
-    def environments(self) -> dict[str, dict[str, Any]]:
-        if not self._has_table("environments"):
-            return {}
-        return {k: self._json(v, "environment", k) for k, v in self._q("SELECT env_id, env FROM environments")}
-
-    def counts(self) -> dict[str, int]:
-        """Planned, done, failed and missing point counts."""
-        if not self._has_table("points"):
-            return {"planned": 0, "done": 0, "failed": 0, "missing": 0}
-        planned = self._q("SELECT COUNT(*) FROM planned")[0][0]
-        by = dict(self._q("SELECT status, COUNT(*) FROM points GROUP BY status"))
-        done, failed = by.get("done", 0), by.get("failed", 0)
-        return {"planned": planned, "done": done, "failed": failed, "missing": planned - done - failed}
-
-    def runs(self) -> list[dict[str, Any]]:
-        """Each run with how many points it wrote (done / failed). A ``running`` run whose process is
-        gone (on this host) reads ``killed``: computed here, without writing the store."""
-        if not self._has_table("runs"):
-            return []
-        written = {(rid, st): n for rid, st, n in self._q(
-            "SELECT run_id, status, COUNT(*) FROM points GROUP BY run_id, status")}
-        cols = ["run_id", "command", "started_at", "finished_at", "status", "n_todo", "executor", "jobs"]
-        if self._has_process_cols:
-            cols += _RUN_PROCESS_COLUMNS
-        out = []
-        for row in self._q(f"SELECT {', '.join(cols)} FROM runs ORDER BY run_id"):
-            rec = dict.fromkeys(_RUN_PROCESS_COLUMNS) | dict(zip(cols, row))
-            if rec["status"] == "running" and is_running(rec["pid"], rec["host"], rec["proc_start"]) is False:
-                rec["status"] = "killed"
-            rec["done"] = written.get((rec["run_id"], "done"), 0)
-            rec["failed"] = written.get((rec["run_id"], "failed"), 0)
-            out.append(rec)
-        return out
-
-    def _has_table(self, name: str) -> bool:
-        return bool(self._q("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     def _tx(self):
         return _Transaction(self)

@@ -6,8 +6,6 @@ Queries are processed in chunks only to bound memory; every row is computed as i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attnum.attention import masks, steps
@@ -51,9 +49,9 @@ def baseline_attention(
     q = steps.load_input(q, policy, rnd)
     k = masks.expand_kv(steps.load_input(k, policy, rnd), H)
     v = masks.expand_kv(steps.load_input(v, policy, rnd), H)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = masks.resolve_scale(scale, d)
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
-    if S == 0:  # no keys: every row is empty
+    if S == 0 or N == 0:  # no keys: every row is empty; no queries: no row at all
         return torch.zeros(B, H, N, dv, dtype=c, device=q.device) + 0 * q.sum()
     step = steps.query_chunk(B, H, S)
     chunks = []

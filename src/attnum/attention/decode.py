@@ -124,24 +124,30 @@ def decode_sequences(
     merge_policy: Policy,
     merge_method: str,
     base,
+    seq_bounds=None,
+    kv_order: str = "forward",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The engine behind :func:`decode_attention` and the paged decode: ``kv(b, L)`` returns sequence
     b's first L keys and values as (G, L, d) and (G, L, dv) tensors in their own dtype (a slice of a
     contiguous cache, or pages gathered). Returns O (B, H, N, dv) in the carrier and LSE (B, H, N)
-    float64 in ``base``."""
+    float64 in ``base``. ``seq_bounds``: per sequence, the key ranges of its splits (a
+    :class:`attnum.attention.split_rules.SplitPlan`'s), instead of FA2's cut by ``num_splits``;
+    ``kv_order``: the order of the tiles inside each split (``reverse``: FA2's split-KV main loop)."""
     B, H, N, _ = q.shape
     g = H // G
     c = policy.carrier
     out = torch.empty(B, H, N, dv, dtype=c, device=q.device)
     lse_out = torch.empty(B, H, N, dtype=torch.float64, device=q.device)
-    split_policy = policy.with_overrides(out=merge_policy.inputs) if num_splits > 1 else policy
+    to_merge = policy.with_overrides(out=merge_policy.inputs)
     final_merge = merge_policy.with_overrides(out=policy.out)
     q_c = steps.load_input(q, policy)
     bufs = _Flat(G * max(lens, default=0))
     for b, L in enumerate(lens):
         qp = q_c[b].reshape(G, g * N, -1)  # (G, g*N, d): packed GQA rows (h_local, i)
         mk = masks.masking(None, is_causal, (1, G, N, L), causal_alignment=causal_alignment)
-        bounds = split_bounds(L, num_splits=num_splits, max_seqlen=max_seqlen, block_k=block_k)
+        bounds = (split_bounds(L, num_splits=num_splits, max_seqlen=max_seqlen, block_k=block_k)
+                  if seq_bounds is None else list(seq_bounds[b]))
+        split_policy = to_merge if len(bounds) > 1 else policy
         live = [(j0, j1) for j0, j1 in bounds if j1 > j0]
         parts: dict[tuple[int, int], State] = {}
         if live:
@@ -154,9 +160,9 @@ def decode_sequences(
                 k_s = _load_splits(k_src[:, j0:j0 + n * sp], n, policy, bufs, "k", used_k)
                 v_s = _load_splits(v_src[:, j0:j0 + n * sp], n, policy, bufs, "v", used_v)
                 used_k, used_v = used_k + k_s.numel(), used_v + v_s.numel()
-                parts.update(_run_splits(qp, k_s, v_s, group, mk, g, scale, split_policy, block_k, base))
+                parts.update(_run_splits(qp, k_s, v_s, group, mk, g, scale, split_policy, block_k, base, kv_order))
         states = [parts.get(r) or _empty(H, N, dv, c, q.device) for r in bounds]
-        if num_splits == 1:
+        if len(bounds) == 1:
             o, lse = states[0]
         else:
             o, lse = merge_states(states, policy=final_merge, lse_base=base, method=merge_method)
@@ -203,13 +209,13 @@ def _empty(H: int, N: int, dv: int, dtype, device) -> State:
                  torch.full((H, N), NEG_INF, dtype=torch.float64, device=device))
 
 
-def _run_splits(qp, k_s, v_s, ranges, mk, g, scale, policy, block_k, base) -> dict:
+def _run_splits(qp, k_s, v_s, ranges, mk, g, scale, policy, block_k, base, kv_order="forward") -> dict:
     """Equal-length splits of one sequence, (n, G, span, d), as the batch of one flash forward."""
     G, rows, _ = qp.shape
     n = len(ranges)
     tiles = Tiles(Br=max(1, rows), Bc=block_k)
     o, lse = flash_forward(qp.expand(n, G, rows, qp.shape[-1]), k_s, v_s, _SplitTiles(mk, [r[0] for r in ranges], g),
-                           scale=scale, policy=policy, tiles=tiles)
+                           scale=scale, policy=policy, tiles=tiles, kv_order=kv_order)
     H, N = G * g, rows // g
     lse = policy.round("lse", convert_lse(lse, "e", base)) if base != "e" else lse
     return {r: State(o[s].reshape(H, N, -1), lse[s].reshape(H, N)) for s, r in enumerate(ranges)}
@@ -245,6 +251,7 @@ def decode_attention(
     merge_method: str = MERGE_METHOD,
     lse_base: object = "e",
     return_lse: bool = False,
+    split_rule=None,
 ):
     """Decode attention of q (B, H, N, d) against a cache (B, G, S, d) -> (B, H, N, dv) in the carrier.
 
@@ -252,17 +259,27 @@ def decode_attention(
     ``merge_policy`` (None: fp32, or fp64 for a policy wider than fp32) with ``merge_method`` (see
     :mod:`attnum.attention.merge`); ``max_seqlen``: the host's bound that sets the split cut (default S);
     ``block_k``: the KV tile Bc (default 128). ``return_lse`` also returns the LSE (B, H, N) float64 in
-    ``lse_base`` (``"e"`` or 2), -inf for rows with no key.
+    ``lse_base`` (``"e"`` or 2), -inf for rows with no key. ``split_rule``: a
+    :mod:`attnum.attention.split_rules` rule (``"fa2"``, ``"flashinfer:2048"``, ...) or a ready
+    ``SplitPlan``; it decides every sequence's splits, the tile and the merge method from this batch.
     """
     policy = parse_policy(policy)
     B, H, G, N, S, d, dv, lens, block_k, max_seqlen, base = _common(
         q, k_cache, v_cache, cache_seqlens, num_splits, max_seqlen, block_k, lse_base)
     mp = default_merge_policy(policy) if merge_policy is None else parse_policy(merge_policy)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    seq_bounds, kv_order = None, "forward"
+    if split_rule is not None:
+        from attnum.attention.split_rules import as_plan
+
+        plan = as_plan(split_rule, lens=lens, heads=H, kv_heads=G, head_dim=d, queries=N, max_seqlen=max_seqlen,
+                       num_splits=num_splits)
+        seq_bounds, block_k, merge_method, kv_order = plan.bounds, plan.block_k, plan.merge_method, plan.kv_order
     out, lse = decode_sequences(
         q, lambda b, L: (k_cache[b, :, :L], v_cache[b, :, :L]), lens, G=G, dv=dv, is_causal=is_causal,
         causal_alignment=causal_alignment, scale=scale, policy=policy, num_splits=num_splits,
-        max_seqlen=max_seqlen, block_k=block_k, merge_policy=mp, merge_method=merge_method, base=base)
+        max_seqlen=max_seqlen, block_k=block_k, merge_policy=mp, merge_method=merge_method, base=base,
+        seq_bounds=seq_bounds, kv_order=kv_order)
     return (out, lse) if return_lse else out
 
 

@@ -13,8 +13,6 @@ mask costs no more than one bool tile of that size.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attnum.attention import masks
@@ -43,7 +41,7 @@ def attention_weights(query, key, *, attn_mask=None, is_causal=False, scale=None
     B, H, N, d = query.shape
     S = key.shape[-2]
     key = masks.expand_kv(key, H)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = masks.resolve_scale(scale, d)
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     s_BHNS = (query @ key.transpose(-2, -1)) * scale
     t = mk.tile(0, N, 0, S, s_BHNS.dtype, s_BHNS.device)

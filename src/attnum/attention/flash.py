@@ -10,8 +10,6 @@ Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attnum.attention import masks, steps
@@ -60,7 +58,7 @@ def flash_attention(
     B, H, _, N, S, d, _ = masks.check_qkv(q, k, v)
     tiles = resolve_tiles(d, block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square)
     kv_tile_order(tiles.Tc(S), kv_order)  # validate before any work
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = masks.resolve_scale(scale, d)
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         # Trainable path: same forward, plus the recomputing backward.

@@ -5,8 +5,6 @@ Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attnum.attention import masks, steps
@@ -41,7 +39,7 @@ def golden_attention(
     """
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     q, k, v = q.double(), masks.expand_kv(k.double(), H), masks.expand_kv(v.double(), H)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = masks.resolve_scale(scale, d)
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     out = torch.empty(B, H, N, dv, dtype=torch.float64, device=q.device)
     lse = torch.empty(B, H, N, dtype=torch.float64, device=q.device) if return_lse else None

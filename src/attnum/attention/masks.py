@@ -20,12 +20,16 @@ arithmetic per (query chunk, key tile); a user ``attn_mask`` is sliced per tile 
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from attnum.errors import AttnumInputError
+
+WINDOW_MAX = 2**62  # a reach past any sequence; beyond it torch index arithmetic overflows
 
 Alignment = Literal["top_left", "bottom_right"]
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -43,6 +47,11 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, i
     B, H, N, d = q.shape
     Bk, G, S, dk = k.shape
     Bv, Gv, Sv, dv = v.shape
+    if d < 1:
+        raise AttnumInputError(f"q head dim={d} is not allowed; expected d >= 1 (the scale is 1/sqrt(d))")
+    if not (q.device == k.device == v.device):
+        raise AttnumInputError(f"q/k/v devices=({q.device}, {k.device}, {v.device}) are not allowed; expected "
+                               "all three on one device")
     if dk != d:
         raise AttnumInputError(f"k head dim={dk} is not allowed; expected q's head dim {d}")
     if (Bk, Bv) != (B, B):
@@ -52,6 +61,24 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, i
     if G < 1 or H % G:
         raise AttnumInputError(f"kv heads={G} is not allowed; expected a divisor of the {H} query heads")
     return B, H, G, N, S, d, dv
+
+
+def _numpy_bool(x: object) -> bool:
+    return type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_")
+
+
+def resolve_scale(scale: object, d: int) -> float:
+    """``scale`` as a float (``1/sqrt(d)`` when None); a non-number, a bool or a non-finite value is an
+    input error naming ``scale``."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or _numpy_bool(scale) or not isinstance(scale, numbers.Real) and not (
+            isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype != torch.bool):
+        raise AttnumInputError(f"scale={scale!r} is not allowed; expected a finite number or None (1/sqrt(d))")
+    value = float(scale)
+    if not math.isfinite(value):
+        raise AttnumInputError(f"scale={value!r} is not allowed; expected a finite number or None (1/sqrt(d))")
+    return value
 
 
 def expand_kv(x_BGSd: torch.Tensor, H: int) -> torch.Tensor:
@@ -113,15 +140,18 @@ class Masking:
                     f"attn_mask.shape={tuple(m.shape)} is not allowed; expected a shape broadcastable to "
                     f"(B, H, N, S)={(self.B, self.H, self.N, self.S)}"
                 ) from None
+            if m.dim() > 4:
+                raise AttnumInputError(f"attn_mask.shape={tuple(m.shape)} is not allowed; expected at most 4-D, "
+                                       f"broadcastable to (B, H, N, S)={(self.B, self.H, self.N, self.S)}")
             if m.dtype != torch.bool and not m.is_floating_point():
                 raise AttnumInputError(f"attn_mask.dtype={m.dtype} is not allowed; expected bool or floating")
         w = self.window
         if w is not None:
             ok = isinstance(w, (tuple, list)) and len(w) == 2 and all(
-                isinstance(x, int) and not isinstance(x, bool) and x >= -1 for x in w)
+                isinstance(x, int) and not isinstance(x, bool) and -1 <= x < WINDOW_MAX for x in w)
             if not ok:
-                raise AttnumInputError(f"window={w!r} is not allowed; expected (left, right) integers >= -1 "
-                                       "(-1 = unbounded)")
+                raise AttnumInputError(f"window={w!r} is not allowed; expected (left, right) integers in "
+                                       f"[-1, 2**62) (-1 = unbounded)")
             object.__setattr__(self, "window", (int(w[0]), int(w[1])))
 
     @property
@@ -200,6 +230,8 @@ def masking(
 ) -> Masking:
     """The one constructor every implementation uses."""
     B, H, N, S = shape_BHNS
+    if not isinstance(is_causal, bool) and not _numpy_bool(is_causal):  # "no" is truthy: never a str or an int
+        raise AttnumInputError(f"is_causal={is_causal!r} is not allowed; expected True or False")
     return Masking(B=B, H=H, N=N, S=S, attn_mask=attn_mask, is_causal=bool(is_causal), alignment=causal_alignment,
                    window=window)
 

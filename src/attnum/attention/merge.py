@@ -18,7 +18,7 @@ of an all-empty merge is replaced by 0 before subtracting (FlashAttention's ``m_
 kernel ``lse_max_cur = 0``), so no ``-inf - (-inf)`` is ever formed, and a zero weight contributes
 nothing (the accumulator starts at -0.0, the additive identity of IEEE arithmetic).
 
-Empty-row conventions (research/inference-numerics.md §0). ``empty_lse=-inf`` (default) is FlashInfer
+Empty-row conventions. ``empty_lse=-inf`` (default) is FlashInfer
 after PR #4401, FA3, FA2's split partials and FlashMLA's kernels. ``empty_lse=+inf`` is FA2's non-split
 forward (``softmax.h``: ``Split ? -INFINITY : INFINITY``) and FlashMLA's test references: under it an
 input LSE of +inf marks an empty state (mapped to -inf on load, as vLLM's ``merge_attn_states`` does)

@@ -4,7 +4,7 @@ Shape alphabet: B batch, H query heads, G kv heads, N queries per sequence, P pa
 page), n_pages pool size, max_pages block-table width, L_b valid length of sequence b, d / dv head dims.
 
 Layout (flash-attn ``flash_attn_with_kvcache(block_table=...)``, vLLM's FlashAttention backend,
-FlashInfer ``kv_layout="NHD"``; research/inference-numerics.md §1, §4):
+FlashInfer ``kv_layout="NHD"``):
 
 - ``k_pages`` (n_pages, P, G, d), ``v_pages`` (n_pages, P, G, dv): the pool, in the cache's dtype;
   FlashInfer's ``kv_layout="HND"`` is (n_pages, G, P, d), taken with ``kv_layout="HND"``;
@@ -125,10 +125,12 @@ def paged_decode_attention(
     lse_base: object = "e",
     kv_layout: str = "NHD",
     return_lse: bool = False,
+    split_rule=None,
 ):
     """:func:`attnum.attention.decode.decode_attention` on a paged cache -> (B, H, N, dv) in the carrier.
 
     ``block_k=None`` tiles by page (Bc = page size); ``max_seqlen`` defaults to max_pages * page_size.
+    ``split_rule``: as decode_attention's (the splits and the merge method); the tile stays the page's.
     """
     policy = parse_policy(policy)
     k_pages, v_pages, bt, lens, P, max_pages = check_paged(q, k_pages, v_pages, block_table, cache_seqlens, kv_layout)
@@ -143,12 +145,20 @@ def paged_decode_attention(
         raise bad_value("max_seqlen", max_seqlen, f"at least the longest cache_seqlens entry ({max(lens)})")
     mp = default_merge_policy(policy) if merge_policy is None else parse_policy(merge_policy)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    seq_bounds, kv_order = None, "forward"
+    if split_rule is not None:
+        from attnum.attention.split_rules import as_plan
+
+        plan = as_plan(split_rule, lens=lens, heads=H, kv_heads=G, head_dim=d, queries=N, max_seqlen=max_seqlen,
+                       num_splits=num_splits)
+        seq_bounds, merge_method, kv_order = plan.bounds, plan.merge_method, plan.kv_order
     bufs = {name: torch.empty(max_pages, P, G, x.shape[-1], dtype=x.dtype, device=x.device)
             for name, x in (("k", k_pages), ("v", v_pages))}
     out, lse = decode_sequences(
         q, lambda b, L: (gather(k_pages, bt[b], L, bufs["k"]), gather(v_pages, bt[b], L, bufs["v"])), lens, G=G, dv=dv,
         is_causal=is_causal, causal_alignment=causal_alignment, scale=scale, policy=policy, num_splits=num_splits,
-        max_seqlen=max_seqlen, block_k=Bc, merge_policy=mp, merge_method=merge_method, base=parse_lse_base(lse_base))
+        max_seqlen=max_seqlen, block_k=Bc, merge_policy=mp, merge_method=merge_method, base=parse_lse_base(lse_base),
+        seq_bounds=seq_bounds, kv_order=kv_order)
     return (out, lse) if return_lse else out
 
 

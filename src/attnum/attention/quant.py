@@ -14,9 +14,23 @@ from attnum.attention import masks, steps
 from attnum.attention.baseline import baseline_attention
 from attnum.attention.flash import kv_tile_order
 from attnum.attention.qformats import (  # noqa: F401  (re-exported: attnum.attention.quant is the old home)
-    _FP32, _INT_GRID, FORMATS, GRANULARITIES, INT8_MAX, KV_CACHE_DTYPES, Quantization, Quantized,
-    QuantizedKVCache, format_max, kv_cache_quantization, parse_scale, quant_format, quantize,
-    quantize_kv_cache, random_hadamard, rotate,
+    _FP32,
+    _INT_GRID,
+    FORMATS,
+    GRANULARITIES,
+    INT8_MAX,
+    KV_CACHE_DTYPES,
+    Quantization,
+    Quantized,
+    QuantizedKVCache,
+    format_max,
+    kv_cache_quantization,
+    parse_scale,
+    quant_format,
+    quantize,
+    quantize_kv_cache,
+    random_hadamard,
+    rotate,
 )
 from attnum.errors import bad_value
 from attnum.formats import FloatFormat, get_format

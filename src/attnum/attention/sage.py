@@ -21,7 +21,15 @@ import torch
 
 from attnum.attention import masks, steps
 from attnum.attention.sage_quant import (
-    LOG2E32, f32, mma_pv, quantize_blocks, quantize_groups, quantize_p, quantize_v, smooth_k, smooth_q,
+    LOG2E32,
+    f32,
+    mma_pv,
+    quantize_blocks,
+    quantize_groups,
+    quantize_p,
+    quantize_v,
+    smooth_k,
+    smooth_q,
 )
 from attnum.errors import bad_value
 from attnum.lowbit import LowBit
@@ -29,10 +37,11 @@ from attnum.policy import Policy, parse_policy
 from attnum.rounding import round_to
 
 
-def _prepare(q, k, v, lb: LowBit, policy: Policy, scale: float | None):
+def _prepare(q, k, v, lb: LowBit, policy: Policy, scale: float | None, carrier=torch.float64):
     """Inputs rounded to ``policy.inputs``, K smoothed, Q scaled by sm_scale * log2(e) (and
     smoothed), both quantized; returns (score_fn(j0, j1) -> fp32 log2-domain scores, V values,
-    V per-channel scale)."""
+    V scale), all in ``carrier`` (float32 holds every one of these values exactly; its own
+    arithmetic then rounds each operation as the kernel's fp32 does)."""
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     fin = policy.inputs
     q = round_to(q.double(), fin)  # site: inputs
@@ -48,11 +57,11 @@ def _prepare(q, k, v, lb: LowBit, policy: Policy, scale: float | None):
     if lb.qk_is_block:
         qd, kd = quantize_blocks(qs, lb.qk), quantize_blocks(k, lb.qk)
 
-        def score(j0, j1):
-            return f32(qd @ kd[:, :, j0:j1].transpose(-1, -2))  # block-scaled MMA, fp32 accumulation
+        def score(j0, j1):  # block-scaled MMA, fp32 accumulation (modelled: exact, one rounding)
+            return f32(qd @ kd[:, :, j0:j1].transpose(-1, -2)).to(carrier)
     else:
-        qv, qsc = quantize_groups(qs, lb, "q", lb.qk)
-        kv, ksc = quantize_groups(k, lb, "k", lb.qk)
+        qv, qsc = (t.to(carrier) for t in quantize_groups(qs, lb, "q", lb.qk))
+        kv, ksc = (t.to(carrier) for t in quantize_groups(k, lb, "k", lb.qk))
 
         def score(j0, j1):
             s = qv @ kv[:, :, j0:j1].transpose(-1, -2)  # int32 (exact) or the FP8 MMA's fp32
@@ -62,9 +71,9 @@ def _prepare(q, k, v, lb: LowBit, policy: Policy, scale: float | None):
         inner = score
 
         def score(j0, j1):  # SageAttention2: + mean(Q_block) . K^T in fp32
-            return f32(inner(j0, j1) + f32(qm @ k[:, :, j0:j1].transpose(-1, -2)))
+            return f32(inner(j0, j1) + f32(qm @ k[:, :, j0:j1].transpose(-1, -2)).to(carrier))
     vq, vsc = quantize_v(v, lb)
-    return score, vq, vsc
+    return score, vq.to(carrier), vsc.to(carrier)
 
 
 def _check(lb, attn_mask, window):
@@ -83,17 +92,19 @@ def _causal(s, i0, i1, j0, j1, N, S, alignment):
 def sage_attention(q, k, v, *, lowbit: LowBit, policy: str | Policy = "fa2:fp16", attn_mask=None,
                    is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
                    window=None, return_lse: bool = False):
-    """The tiled SageAttention forward -> O (B, H, N, dv) float64 on ``policy.out``'s grid (and the
-    base-2 LSE log2(l) + m, (B, H, N), as the kernels store it)."""
+    """The tiled SageAttention forward -> O (B, H, N, dv) float32 on ``policy.out``'s grid (and the
+    base-2 LSE log2(l) + m, (B, H, N), as the kernels store it). Every intermediate is an fp32
+    value held in float32, so each float32 operation is the kernel's one fp32 rounding."""
     policy = parse_policy(policy)
     _check(lowbit, attn_mask, window)
     lb = lowbit
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
-    score, vq, vsc = _prepare(q, k, v, lb, policy, scale)
+    c = torch.float32
+    score, vq, vsc = _prepare(q, k, v, lb, policy, scale, c)
     dev = vq.device
-    m = torch.full((B, H, N, 1), -math.inf, dtype=torch.float64, device=dev)
-    l = torch.zeros((B, H, N, 1), dtype=torch.float64, device=dev)
-    acc = torch.zeros((B, H, N, dv), dtype=torch.float64, device=dev)
+    m = torch.full((B, H, N, 1), -math.inf, dtype=c, device=dev)
+    l = torch.zeros((B, H, N, 1), dtype=c, device=dev)
+    acc = torch.zeros((B, H, N, dv), dtype=c, device=dev)
     static = 1.0
     for j0 in range(0, S, lb.block_k):
         j1 = min(S, j0 + lb.block_k)
@@ -102,9 +113,9 @@ def sage_attention(q, k, v, *, lowbit: LowBit, policy: str | Policy = "fa2:fp16"
             s = _causal(s, 0, N, j0, j1, N, S, causal_alignment)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         m_safe = steps.safe_max(m_new)
-        p = torch.exp2((s - m_safe).float()).double()  # fp32 exp2 (site: exp)
-        alpha = torch.exp2((m - m_safe).float()).double()  # site: rescale
-        l = f32(f32(l * alpha) + f32(p.sum(dim=-1, keepdim=True)))  # site: row_sum
+        p = torch.exp2(s - m_safe)  # fp32 exp2 (site: exp)
+        alpha = torch.exp2(m - m_safe)  # site: rescale
+        l = l * alpha + p.sum(dim=-1, keepdim=True)  # site: row_sum (fp32 arithmetic)
         pq, div = quantize_p(p, lb)
         static = div if isinstance(div, float) else 1.0
         if lb.two_level:
@@ -114,8 +125,8 @@ def sage_attention(q, k, v, *, lowbit: LowBit, policy: str | Policy = "fa2:fp16"
         else:
             acc = mma_pv(pq, vq[:, :, j0:j1], lb, acc=round_to(acc * alpha, lb.acc_format))
         m = m_new
-    o = f32(f32(acc * vsc) / static) if static != 1.0 or lb.pv in ("e4m3fn", "e5m2", "int8") else acc
-    o = steps.zero_empty_rows_(f32(o / l), l)
+    o = acc * vsc / static if static != 1.0 or lb.pv in ("e4m3fn", "e5m2", "int8", "nvfp4") else acc
+    o = steps.zero_empty_rows_(o / l, l)
     o = round_to(o, policy.out)  # site: out
     if not return_lse:
         return o

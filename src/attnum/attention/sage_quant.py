@@ -54,10 +54,11 @@ def _group_amax(x_BHnd: torch.Tensor, ids: torch.Tensor, groups: int) -> torch.T
 
 def round_half_away(y: torch.Tensor) -> torch.Tensor:
     """trunc(fl32(y + 0.5 * sign(y))): the kernels' ``x += 0.5 * where(x >= 0, 1, -1); x.to(int8)``."""
-    half = torch.where(y >= 0, 0.5, -0.5).to(y.dtype)
-    z = f32(y + half)  # site: quant (the fp32 add)
-    u = _INT_GRID.smallest_subnormal
-    return round_to(z * u, _INT_GRID, mode="toward_zero") / u  # site: quant (the int8 conversion truncates)
+    y64 = y.double()
+    half = torch.where(y64 >= 0, 0.5, -0.5).to(torch.float64)
+    z = f32(y64 + half)  # site: quant (the fp32 add)
+    u = _INT_GRID.smallest_subnormal  # 2**-132: float64 holds z * u exactly
+    return (round_to(z * u, _INT_GRID, mode="toward_zero") / u).to(y.dtype)  # site: quant (int8 truncates)
 
 
 def quantize_groups(x_BHnd: torch.Tensor, lb: LowBit, side: str, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,8 +121,9 @@ def quantize_v(v_BHSd: torch.Tensor, lb: LowBit) -> tuple[torch.Tensor, torch.Te
         S = v_BHSd.shape[-2]
         if S % 16:
             raise bad_value("kv_len", S, "a multiple of 16 for NVFP4 V (blocks of 16 tokens along the P V reduction)")
-        vt = block_quantize(v_BHSd.transpose(-1, -2), "nvfp4").dequantize()  # site: pv (blocks along tokens)
-        return vt.transpose(-1, -2), one
+        bq = block_quantize(v_BHSd.transpose(-1, -2), "nvfp4")  # site: pv (blocks of 16 tokens per channel)
+        vt = (bq.values.reshape(*bq.values.shape[:-1], -1, 16) * bq.scales).reshape(bq.values.shape)
+        return vt.transpose(-1, -2), one * bq.tensor_scale  # e2m1 x e4m3 values (exact in fp32); the fp32 tensor scale
     amax = v_BHSd.abs().amax(dim=-2, keepdim=True)
     qmax = INT_MAX["int8"] if lb.pv == "int8" else get_format(lb.pv).max
     scale = f32(amax / qmax)
@@ -144,7 +146,8 @@ def quantize_p(p_BHnS: torch.Tensor, lb: LowBit) -> tuple[torch.Tensor, torch.Te
         row = f32(rmax / (448.0 * 6.0))
         row = torch.where(row > 0, row, torch.ones_like(row))  # an all-zero (or fp32-underflowing) row: P -> 0
         fmt = BlockFormat(elem="e2m1fn", block=16, scale_format="e4m3fn", name="nvfp4-p")
-        return block_quantize(f32(p_BHnS / row), fmt).dequantize(), 1.0 / row  # site: probs
+        pq = block_quantize(f32(p_BHnS / row), fmt).dequantize().to(p_BHnS.dtype)  # site: probs (exact in fp32)
+        return pq, 1.0 / row
     s = P_SCALE[lb.pv]
     y = f32(p_BHnS * s)
     vals = round_half_away(y) if lb.pv == "int8" else round_to(y, lb.pv)  # site: probs
@@ -152,12 +155,14 @@ def quantize_p(p_BHnS: torch.Tensor, lb: LowBit) -> tuple[torch.Tensor, torch.Te
 
 
 def mma_pv(p_BHnS: torch.Tensor, v_BHSd: torch.Tensor, lb: LowBit, acc: torch.Tensor | None = None) -> torch.Tensor:
-    """P V in the MMA's accumulator: ``mma_k`` products summed exactly (float64), each partial
-    added into the accumulator rounded to ``lb.acc_format`` (site: pv_acc). ``acc``: a running
-    accumulator to continue (one-level accumulation), else it starts at 0 (a tile of two-level)."""
+    """P V in the MMA's accumulator: ``mma_k`` products summed in the carrier (float32 in the tiled
+    kernel: each product of two <= 11-bit values is exact, their sum is rounded as an fp32 adder
+    would; float64 in tests), each partial added into the accumulator rounded to ``lb.acc_format``
+    (site: pv_acc). ``acc``: a running accumulator to continue (one-level accumulation), else it
+    starts at 0 (a tile of two-level accumulation)."""
     fmt = lb.acc_format
     if lb.pv == "int8" and acc is None:
-        return p_BHnS @ v_BHSd  # int8 x int8 into int32: exact (float64 holds every partial sum)
+        return p_BHnS @ v_BHSd  # int8 x int8 into int32: exact (127 * 127 * Bc < 2**24 in fp32)
     if fmt.name == "fp32" and acc is None:
         return f32(p_BHnS @ v_BHSd)  # fp32 accumulation, one rounding: the chunk order is not modelled
     k = lb.mma_k

@@ -43,7 +43,10 @@ def no_autocast(fn):
 
     @functools.wraps(fn)
     def wrapper(q, *args, **kwargs):
-        with torch.autocast(device_type=q.device.type if isinstance(q, torch.Tensor) else "cpu", enabled=False):
+        device = q.device.type if isinstance(q, torch.Tensor) else "cpu"
+        if device not in ("cpu", "cuda", "xpu", "mps", "hpu"):  # meta, ...: no autocast to turn off;
+            device = "cpu"  # the implementation's own checks answer (e.g. q/k/v on different devices)
+        with torch.autocast(device_type=device, enabled=False):
             return fn(q, *args, **kwargs)
 
     return wrapper

@@ -51,10 +51,13 @@ class AuditConfig:
     ("zeros", "nan", "mean-v", "any"): the conventions to judge by (attnum.kernels.conventions);
     None takes the target's declaration, else SDPA's (top-left, zeros). probes: names, or None for
     the default set. timeout: seconds a silent target is given per case; isolate: run the target in
-    a child process (attnum.audit.isolate), so a crash, hang or exit becomes a verdict.
+    a child process (attnum.audit.isolate), so a crash, hang or exit becomes a verdict. target: a
+    name, or None when the callable is passed to ``run_audit`` directly. numerics: the arithmetic of
+    interpreted Triton kernels ("faithful": the GPU's, "raw": Triton's interpreter as is,
+    "faithful-ex2-approx"; see attnum.kernels.triton_faithful).
     """
 
-    target: str
+    target: str | None = None
     dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")
     device: str = "cpu"
     probes: tuple[str, ...] | None = None
@@ -67,10 +70,15 @@ class AuditConfig:
     seed: int = 0
     timeout: float = DEFAULT_TIMEOUT
     isolate: bool = True
+    numerics: str = "faithful"
 
     def __post_init__(self) -> None:
-        if not self.target or not isinstance(self.target, str):
-            raise bad_value("target", self.target, "module:function, path/file.py:function or a built-in name")
+        if self.target is not None and (not self.target or not isinstance(self.target, str)):
+            raise bad_value("target", self.target, "module:function, path/file.py:function, a built-in name, or "
+                                                   "None with a callable passed to run_audit")
+        from attnum.kernels.triton_interp import check_numerics
+
+        check_numerics(self.numerics)
         object.__setattr__(self, "dtypes", parse_dtypes(self.dtypes))
         if self.device not in DEVICES:
             raise bad_value("device", self.device, f"one of {DEVICES}")

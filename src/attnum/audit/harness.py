@@ -24,13 +24,14 @@ import torch
 
 from attnum.attention import masks
 from attnum.audit import reference, terms
-from attnum.audit.verdict import SEVERITY, Verdict, judge
-from attnum.formats import FloatFormat
+from attnum.audit.verdict import SEVERITY, Verdict, judge, terms_coefficient
+from attnum.formats import FloatFormat, get_format
 from attnum.kernels.conventions import CAUSAL_ALIGNMENTS
 from attnum.kernels.conventions import EMPTY_ROWS as EMPTY_ROW_CONVENTIONS
 from attnum.rounding import round_to
 
 PROBE_KINDS = ("forward", "backward", "behaviour")
+FP32 = get_format("fp32")
 __all__ = ["CAUSAL_ALIGNMENTS", "EMPTY_ROW_CONVENTIONS", "Case", "Probe", "ProbeContext", "WrongOutput", "raised"]
 
 
@@ -228,9 +229,10 @@ class ProbeContext:
         return g
 
     def check(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
-              enable_gqa=False, clean=None, out=None) -> Case:
+              enable_gqa=False, clean=None, out=None, score_order: bool = False) -> Case:
         """Verdict for one forward case. ``clean`` = (q, k, v) whose golden stands for this input
-        (the NaN-planting probe); ``out`` = a target output already computed."""
+        (the NaN-planting probe); ``out`` = a target output already computed. ``score_order``: also
+        allow what the summation order of the q . k dot can do (terms.score_order_terms x c(fp32, d))."""
         kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
         if out is None:
             call_kw = {**kw, "enable_gqa": True} if enable_gqa else kw
@@ -248,8 +250,11 @@ class ProbeContext:
             if self.empty_rows == "any":  # don't care: the target's empty rows are not compared
                 out = torch.where(empty, g, out.double())
         t_o, n = terms.output_terms(rq, rk, rv, **ref_kw)
+        extra = None
+        if score_order:
+            extra = terms.score_order_terms(rq, rk, rv, **ref_kw) * terms_coefficient(FP32, rq.shape[-1])
         return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps,
-                                        terms=t_o, n_terms=n))
+                                        terms=t_o, n_terms=n, extra_floor=extra))
 
     def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
                    row_weight: torch.Tensor | None = None) -> Case:

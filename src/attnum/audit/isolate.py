@@ -23,58 +23,25 @@ is the target's import: one row, and the audit stops there.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
-import select
-import signal
-import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
-from attnum.audit import runner
+from attnum.audit import engine as runner  # not attnum.audit.runner: that module imports this one
 from attnum.audit.config import AuditConfig
 from attnum.audit.harness import Case
 from attnum.errors import AttnumInputError
+from attnum.isolation import Child, ChildGone, child_channel, death
 
 IMPORT_GRACE = 60.0  # seconds added to the timeout for the child's own start (python, torch, attnum)
 IMPORT_ROW = "target-import"  # the row of a target that dies while it is being imported
-_HEADER = struct.Struct("!I")
 
 
 # -- the child -------------------------------------------------------------------------------------
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the parent dies (the parent may be SIGKILLed itself)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _child() -> None:
-    channel = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)  # whatever the target prints goes to stderr, never into the parent's stdout
-    request = pickle.load(sys.stdin.buffer)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    if os.getppid() != request["parent"]:
-        return  # the parent is already gone
-    _die_with_parent()
-    import faulthandler
-
-    faulthandler.enable()  # a crash leaves the Python stack on stderr
-    sys.path[:] = request["sys_path"]  # the parent's view of importable modules
-
-    def send(*msg: object) -> None:
-        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        channel.write(_HEADER.pack(len(data)) + data)
-
+    send, request = child_channel()  # stdout to stderr, subreaper, faulthandler, the parent's sys.path
     import torch
 
     torch.set_num_threads(request["threads"])
@@ -82,7 +49,7 @@ def _child() -> None:
     from attnum.kernels.registry import resolve
 
     try:
-        target = resolve(config.target, config.device, param="target")
+        target = resolve(config.target, config.device, param="target", numerics=config.numerics)
     except AttnumInputError as err:
         send("input_error", str(err))
         return
@@ -106,73 +73,17 @@ def _child() -> None:
 
 # -- the parent ------------------------------------------------------------------------------------
 
-class _Child:
-    """One child process and the frames it sends."""
+class _Child(Child):
+    """One child process and the frames it sends (attnum.isolation: killed whole, setsid included)."""
 
     def __init__(self, config: AuditConfig, start: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "attnum.audit.isolate"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, start_new_session=True)
-        request = {"config": config, "start": start, "sys_path": list(sys.path), "parent": os.getpid(),
-                   "threads": _threads()}
-        try:
-            self.proc.stdin.write(pickle.dumps(request))
-            self.proc.stdin.close()
-        except BrokenPipeError:
-            pass  # it died at once: the next read says how
-        self.fd = self.proc.stdout.fileno()
-        self.buf = b""
-
-    def frames(self, timeout: float):
-        """Yield messages; ends at EOF. Raises TimeoutError after ``self.budget`` s without one
-        (``timeout`` until the caller changes it)."""
-        self.budget = timeout
-        while True:
-            while len(self.buf) >= _HEADER.size:
-                (n,) = _HEADER.unpack_from(self.buf)
-                if len(self.buf) < _HEADER.size + n:
-                    break
-                data, self.buf = self.buf[_HEADER.size:_HEADER.size + n], self.buf[_HEADER.size + n:]
-                yield pickle.loads(data)
-            ready, _, _ = select.select([self.fd], [], [], self.budget)
-            if not ready:
-                raise TimeoutError
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return
-            self.buf += chunk
-
-    def kill(self) -> int:
-        """Kill the child's whole process group (the target's own children too); its exit status."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        rc = self.proc.wait()
-        if not self.proc.stdout.closed:
-            self.proc.stdout.close()
-        return rc
-
-    def status(self) -> int:
-        """The exit status once the child has closed its pipe (it may take a moment to be reaped)."""
-        try:
-            return self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            return self.kill()
+        super().__init__("attnum.audit.isolate", {"config": config, "start": start, "threads": _threads()})
 
 
 def _threads() -> int:
     import torch
 
     return torch.get_num_threads()
-
-
-def death(rc: int) -> tuple[str, str]:
-    """(status, what happened) for a child that ended with exit status ``rc`` before it was done."""
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return "crashed", f"killed by {name}"
-    return "exited", f"the process exited with code {rc}"
 
 
 def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], None] | None = None
@@ -232,6 +143,8 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
                     child.budget = child_timeout
         except TimeoutError:
             outcome = "timeout"
+        except ChildGone:
+            outcome = "eof"  # garbage on the channel: the child is treated as dead
         except BaseException:
             child.kill()
             raise

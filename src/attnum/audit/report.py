@@ -48,20 +48,26 @@ def environment_line(report: AuditReport) -> str:
     env = report.environment
     if not env:
         return ""
-    return (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
+    line = (f"torch {env.get('torch')}, CPU capability {env.get('cpu_capability')}, "
             f"{env.get('torch_threads')} thread(s), device {env.get('device')}")
+    numerics = env.get("numerics", "native")
+    return line if numerics == "native" else f"{line}, numerics {numerics}"
 
 
 def to_json(report: AuditReport) -> dict:
     """``{"target", "passed", "available", "probes": [{"name", "dtype", "passed", "target_error",
-    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases"}],
-    "rule", "device", "environment"}`` (+ "reason" when nothing was audited)."""
+    "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases", "numerics"}],
+    "numerics", "rule", "device", "environment"}`` (+ "reason" when nothing was audited); ``numerics``
+    names the arithmetic the verdicts ran under (``triton-interp:nvidia-sm90`` for an interpreted Triton
+    kernel, ``native`` otherwise)."""
     cfg = report.config
     doc = {
         "target": report.target,
         "passed": report.passed if report.available else None,
         "available": report.available,
-        "probes": [_probe_json(r) for r in report.results],
+        "numerics": report.environment.get("numerics", "native"),
+        "probes": [{**_probe_json(r), "numerics": report.environment.get("numerics", "native")}
+                   for r in report.results],
         "rule": {"k": cfg.k, "k_grad": cfg.k_grad, "floor_ulps": cfg.floor_ulps,
                  "empty_rows": report.conventions.get("empty_rows", cfg.empty_rows),
                  "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND},
@@ -94,25 +100,25 @@ def _probe_json(r: ProbeResult) -> dict:
     }
 
 
-def print_table(report: AuditReport, console) -> None:
-    """The human view: one row per probe and dtype, then a one-line summary."""
-    from rich.table import Table
+def print_table(report: AuditReport, stream=None) -> None:
+    """The human view: one row per probe and dtype, then a one-line summary (attnum.tables: whole
+    values in a log or a pipe, the terminal's width on a terminal)."""
+    from attnum.tables import print_table as emit
+    from attnum.tables import say
 
     if not report.available:
         what = "" if report.reason.startswith(NOTHING_TESTED) else "unavailable - "
-        console.print(f"[yellow]{report.target}: {what}{report.reason}[/yellow]", soft_wrap=True)
+        say(f"{report.target}: {what}{report.reason}", stream)
         return
-    table = Table(title=f"attnum audit {report.target}", title_justify="left", caption=environment_line(report))
-    for col, just in (("probe", "left"), ("dtype", "left"), ("verdict", "left"), ("target err", "right"),
-                      ("baseline err", "right"), ("bound", "right"), ("margin", "right"), ("note", "left")):
-        table.add_column(col, justify=just, overflow="fold")
-    for r in report.results:
-        style = "yellow" if r.near_bound else STYLE[r.status]
-        table.add_row(r.name, r.dtype, f"[{style}]{verdict_text(r)}[/]", _num(r.target_error),
-                      _num(r.baseline_error), _num(r.bound), margin(r.ratio), r.note)
-    console.print(table)
-    console.print(conventions_line(report), soft_wrap=True)
-    console.print(summary(report))
+    cols = ("probe", "dtype", "verdict", "target err", "baseline err", "bound", "margin", "note")
+    just = ("left", "left", "left", "right", "right", "right", "right", "left")
+    rows = [[r.name, r.dtype, verdict_text(r), _num(r.target_error), _num(r.baseline_error), _num(r.bound),
+             margin(r.ratio), r.note] for r in report.results]
+    styles = ["yellow" if r.near_bound else STYLE[r.status] for r in report.results]
+    emit(cols, rows, title=f"attnum audit {report.target}", caption=environment_line(report), justify=just,
+         styles=styles, stream=stream)
+    say(conventions_line(report), stream)
+    say(summary(report), stream)
 
 
 def summary(report: AuditReport) -> str:
@@ -140,7 +146,7 @@ def to_html(report: AuditReport) -> str:
             f"<td>{margin(c.verdict.ratio if c.verdict.status not in NO_MARGIN else math.nan)}</td>"
             f"<td>{esc(c.verdict.note)}</td></tr>" for c in r.cases)
         cls = "near" if r.near_bound else r.status.split()[0]
-        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{r.dtype}</td><td></td>"
+        rows.append(f"<tr class='{cls}'><td>{esc(r.name)}</td><td>{esc(r.dtype)}</td><td></td>"
                     f"<td>{esc(verdict_text(r))}</td><td>{_num(r.target_error)}</td><td>{_num(r.baseline_error)}</td>"
                     f"<td>{_num(r.bound)}</td><td>{margin(r.ratio)}</td><td>{esc(r.note)}</td></tr>{cases}")
     body = ("<p>" + esc(report.reason) + "</p>") if not report.available else (
@@ -149,7 +155,7 @@ def to_html(report: AuditReport) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>attnum audit</title><style>"
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
-        "tr.fail td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
+        "tr.fail td,tr.unwritten td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
         "</style>"
         f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
         f"<p>{esc(environment_line(report))}</p><p>{esc(conventions_line(report))}</p>{body}</body></html>")

@@ -1,187 +1,39 @@
 """Run the probe catalogue against one target, per dtype, and collect one row per probe.
 
-A probe's row is its worst case (fail > error > note > pass > unsupported; ties broken by how much
-of the bound the error used), so the table shows the three numbers of the case that matters, its
-margin (error / bound) and the case's label in the note. Every case is kept for --json. An audit in
-which the target refused every case tested nothing: it is reported unavailable, never passed.
-
 A target named by a string runs in a child process (attnum.audit.isolate): a crash, a hang past
 ``config.timeout`` or an exit ends only the probe in flight, whose row then says ``crashed``,
 ``timed out`` or ``exited``. A callable passed as ``target`` runs in this process (it may not be
 importable by a child); ``isolate=False`` forces that for names too (debugging).
+
+The rows, the report and the in-process engine live in :mod:`attnum.audit.engine`; their names are
+importable from here as before.
 """
 
 from __future__ import annotations
 
-import math
-import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
+from attnum.audit import isolate as iso
 from attnum.audit.config import AuditConfig
-from attnum.audit.harness import Case, Probe, ProbeContext, raised
-from attnum.audit.probes import select
-from attnum.audit.verdict import FAILING, NEAR_BOUND, NO_MARGIN, SEVERITY, Verdict
-from attnum.formats import get_format, torch_dtype
+from attnum.audit.engine import (  # noqa: F401 - the public names of attnum.audit.runner
+    NOTHING_TESTED,
+    AuditReport,
+    CaseLog,
+    ProbeResult,
+    _row,
+    aborted,
+    contexts,
+    environment,
+    finish,
+    numerics_label,
+    plan,
+    resolve_conventions,
+    run_probe,
+)
 from attnum.kernels import conventions
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeResult:
-    """One row: a probe at one dtype."""
-
-    name: str
-    dtype: str
-    status: str
-    target_error: float
-    baseline_error: float
-    bound: float
-    note: str
-    seconds: float
-    ratio: float = math.nan
-    cases: tuple[Case, ...] = field(default=())
-
-    @property
-    def passed(self) -> bool:
-        return self.status not in FAILING
-
-    @property
-    def near_bound(self) -> bool:
-        """A pass whose worst case used more than NEAR_BOUND of its bound."""
-        return self.status == "pass" and self.ratio > NEAR_BOUND
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditReport:
-    """Everything the table, --json and --html show."""
-
-    target: str
-    config: AuditConfig
-    available: bool
-    reason: str
-    results: tuple[ProbeResult, ...]
-    environment: dict = field(default_factory=dict)
-    # The conventions judged by: {"causal_alignment", "empty_rows", "source": {field: where from}}.
-    conventions: dict = field(default_factory=dict)
-    isolated: bool = False
-
-    @property
-    def passed(self) -> bool:
-        return self.available and all(r.passed for r in self.results)
-
-
-NOTHING_TESTED = "nothing was tested"
-
-
-def environment(device: str) -> dict:
-    """What the verdicts may depend on: versions, threads, and the vectorised kernels torch's CPU
-    ops dispatch to (``torch.backends.cpu.get_cpu_capability()``: DEFAULT, AVX2, AVX512, ...)."""
-    import attnum
-
-    env = {"attnum": getattr(attnum, "__version__", "unknown"), "torch": torch.__version__,
-           "python": platform.python_version(), "platform": platform.platform(), "device": device,
-           "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
-    return env
-
-
-def _nothing_tested(results: list[ProbeResult]) -> str:
-    """The reason an audit whose every case was refused tested nothing ("" if something ran)."""
-    if not results or any(r.status != "unsupported" for r in results):
-        return ""
-    n = sum(max(1, len(r.cases)) for r in results)
-    first = next((c.verdict.note for r in results for c in r.cases if c.verdict.note), results[0].note)
-    return f"{NOTHING_TESTED}: the target refused all {n} case(s) of {len(results)} probe row(s) (first: {first})"
-
-
-def _worst(cases: list[Case]) -> Case:
-    return max(cases, key=lambda c: (SEVERITY[c.verdict.status], c.verdict.ratio))
-
-
-def _row(name: str, dtype: str, cases: list[Case], seconds: float) -> ProbeResult:
-    if not cases:
-        nan = math.nan
-        return ProbeResult(name=name, dtype=dtype, status="unsupported", target_error=nan, baseline_error=nan,
-                           bound=nan, note="no case applies to this dtype", seconds=seconds)
-    w = _worst(cases)
-    v = w.verdict
-    note = f"{w.label}: {v.note}" if v.note else w.label
-    n_bad = sum(1 for c in cases if c.verdict.status == v.status)
-    if v.status != "pass" and n_bad > 1:
-        note += f" (+{n_bad - 1} more {v.status})"
-    n_refused = sum(1 for c in cases if c.verdict.status == "unsupported")
-    if v.status != "unsupported" and n_refused:
-        note += f"; {n_refused} case(s) unsupported"
-    return ProbeResult(name=name, dtype=dtype, status=v.status, target_error=v.target_error,
-                       baseline_error=v.baseline_error, bound=v.bound, note=note, seconds=seconds,
-                       ratio=v.ratio if v.status not in NO_MARGIN else math.nan, cases=tuple(cases))
-
-
-def aborted(status: str, note: str) -> Verdict:
-    """The verdict of a probe whose target ended it: crashed / timed out / exited."""
-    nan = math.nan
-    return Verdict(status=status, target_error=nan, baseline_error=nan, bound=nan, note=note)
-
-
-def resolve_conventions(config: AuditConfig, declared: dict[str, str]) -> dict:
-    """The conventions to judge by: the config's (a CLI flag), else the target's declaration, else
-    SDPA's; with where each came from."""
-    out: dict = {"source": {}}
-    for name, default in (("causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
-                          ("empty_rows", conventions.DEFAULT_EMPTY_ROWS)):
-        flag = getattr(config, name)
-        if flag is not None:
-            out[name], out["source"][name] = flag, "flag"
-        elif name in declared:
-            out[name], out["source"][name] = declared[name], "declared"
-        else:
-            out[name], out["source"][name] = default, "SDPA default"
-    return out
-
-
-def contexts(config: AuditConfig, target: Callable, conv: dict, monitor=None) -> dict[str, ProbeContext]:
-    """One ProbeContext per dtype."""
-    return {dtype: ProbeContext(target=target, dtype=torch_dtype(dtype), fmt=get_format(dtype), device=config.device,
-                                k=config.k, k_grad=config.k_grad, floor_ulps=config.floor_ulps, strict=config.strict,
-                                empty_rows=conv["empty_rows"], causal_alignment=conv["causal_alignment"],
-                                seed=config.seed, monitor=monitor) for dtype in config.dtypes}
-
-
-class CaseLog:
-    """A monitor (see ProbeContext.monitor) that keeps the cases finished and the call in flight, so
-    a probe cut short still shows what it had done and where it stopped."""
-
-    def __init__(self, forward: Callable[[str, str, object], None] | None = None) -> None:
-        self.forward, self.cases, self.label, self.calls = forward, [], "", 0
-
-    def start(self) -> None:
-        self.cases, self.label, self.calls = [], "", 0
-
-    def __call__(self, event: str, label: str, payload: object = None) -> None:
-        if event == "case":
-            self.cases.append(payload)
-        elif event == "call":
-            self.calls += 1
-            self.label = label or f"call {self.calls}"
-        if self.forward is not None:
-            self.forward(event, label, payload)
-
-
-def run_probe(probe: Probe, ctx: ProbeContext, log: CaseLog) -> list[Case]:
-    """The probe's cases; a target that raises outside a guarded call, or calls ``sys.exit``, ends
-    the probe with one more case saying so (the cases it finished are kept)."""
-    log.start()
-    try:
-        return probe.run(ctx)
-    except SystemExit as exc:
-        return [*log.cases, Case(label=log.label or "probe",
-                                 verdict=aborted("exited", f"the target called sys.exit({exc.code!r})"))]
-    except Exception as exc:  # noqa: BLE001 - a kernel raising outside a guarded call
-        return [*log.cases, Case(label=log.label or "probe", verdict=raised(exc))]
 
 
 def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = None,
@@ -192,17 +44,19 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     """
     if isolate is None:
         isolate = config.isolate and target is None
+    if target is None and config.target is None:
+        from attnum.errors import bad_value
+
+        raise bad_value("target", None, "a name in AuditConfig.target or a callable passed to run_audit")
     if isolate:
         if target is not None:
             raise ValueError("isolate=True needs the target by name (config.target), not a callable")
-        from attnum.audit import isolate as iso
-
         return iso.run_isolated(config, progress=progress)
     available, reason, declared = True, "", {}
     if target is None:
         from attnum.kernels.registry import resolve
 
-        resolved = resolve(config.target, config.device, param="target")
+        resolved = resolve(config.target, config.device, param="target", numerics=config.numerics)
         target, available, reason, declared = resolved.fn, resolved.available, resolved.reason, resolved.declared
     else:
         declared = conventions.declared(target)
@@ -217,20 +71,6 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
             results.append(row)
             if progress is not None:
                 progress(row)
-    return finish(config, available, reason, results, conv, isolated=False)
+    return finish(config, available, reason, results, conv, isolated=False, fn=target)
 
 
-def plan(config: AuditConfig) -> list[tuple[str, Probe]]:
-    """(dtype, probe) in the order the audit runs them."""
-    return [(dtype, probe) for dtype in config.dtypes for probe in select(config.probes)]
-
-
-def finish(config: AuditConfig, available: bool, reason: str, results: list[ProbeResult], conv: dict,
-           *, isolated: bool) -> AuditReport:
-    # A target that refused every case was not audited: not "passed" (the CLI exits 3).
-    refused = _nothing_tested(results)
-    if refused:
-        available, reason = False, refused
-    return AuditReport(target=config.target, config=config, available=available, reason=reason,
-                       results=tuple(results), environment=environment(config.device), conventions=conv,
-                       isolated=isolated)

@@ -8,7 +8,7 @@ linear in the line (``scan_rules``): no input can stall the scan, and no line is
 A finite "infinity" is a literal of magnitude >= SENTINEL_MIN (5e4, 1e4, 1e9, 1e30, 65504, 3.4e38),
 ``FLT_MAX``-like constants, a ``finfo(...)``-derived value, or a name the same file assigns one. Each
 finding names file:line (lines counted at "\\n", as editors and ``grep -n`` count them), the line, a
-severity, and why the construct is risky (research/edge-cases.md §1, §2.3, §2.9, §2.13).
+severity, and why the construct is risky.
 
 Paths: skip rules (``.git``, ``.venv``, ``node_modules``, ...) apply only to folders *below* a root
 named; a root is read whatever its own name or the names above it. A path that cannot be read (missing,

@@ -30,7 +30,13 @@ from attnum.audit.harness import Case, ProbeContext, WrongOutput, check_tensor, 
 from attnum.audit.reference import baseline_policy
 from attnum.audit.verdict import SEVERITY, Verdict, judge
 from attnum.formats import get_format
-from attnum.kernels.serving import conventions, entry
+from attnum.kernels.serving import conventions, empty_rows_of, entry, splits
+
+# The poison an output buffer holds before the call: a *signalling* NaN with an odd payload. IEEE
+# arithmetic never returns a signalling NaN (an operation on one returns it quieted), so an element that
+# still holds these bits was never written.
+POISON_BITS = {torch.bfloat16: (0x7FA5, torch.int16), torch.float16: (0x7DA5, torch.int16),
+               torch.float32: (0x7FA5A5A5, torch.int32)}
 
 FP32 = get_format("fp32")
 NAN = math.nan
@@ -58,6 +64,13 @@ def missing_both(ctx: ProbeContext) -> tuple[Case | None, Case | None, Case | No
 
 def _judge(t, g, b, fmt, ctx: ProbeContext, what: str) -> Verdict:
     t, g = t.detach().to("cpu", torch.float64), g.double()
+    nan = torch.isnan(g)  # a declared NaN output (empty rows): the target must be NaN there too
+    if bool(nan.any()):
+        finite_there = nan & ~torch.isnan(t)
+        if bool(finite_there.any()):
+            return Verdict(status="fail", target_error=math.inf, baseline_error=0.0, bound=0.0,
+                           note=f"{what}: finite output in {int(finite_there.sum())} element(s) declared NaN")
+        t, g, b = t.masked_fill(nan, 0.0), g.masked_fill(nan, 0.0), b.double().masked_fill(nan, 0.0)
     inf = torch.isinf(g)
     wrong = inf & (t != g)
     if bool(wrong.any()):
@@ -73,20 +86,49 @@ def worst(*vs: Verdict) -> Verdict:
     return max(vs, key=lambda v: (SEVERITY[v.status], v.ratio))
 
 
+def poisoned(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """An output buffer full of the poison NaN (:data:`POISON_BITS`)."""
+    bits, itype = POISON_BITS[dtype]
+    return torch.full(tuple(shape), bits if bits < 2 ** (8 * torch.tensor([], dtype=itype).element_size() - 1)
+                      else bits - 2 ** 32, dtype=itype, device=device).view(dtype)
+
+
+def unwritten(*pairs) -> Verdict | None:
+    """The ``unwritten`` verdict when any (output, what) still holds the poison somewhere, else None."""
+    for out, what in pairs:
+        if out is None or out.dtype not in POISON_BITS:
+            continue
+        bits, itype = POISON_BITS[out.dtype]
+        left = out.detach().to("cpu").contiguous().view(itype) == torch.tensor(bits, dtype=torch.int64).to(itype)
+        if bool(left.any()):
+            where = left.reshape(-1, left.shape[-1]).any(-1) if left.dim() > 1 else left
+            return Verdict(status="unwritten", target_error=NAN, baseline_error=NAN, bound=NAN,
+                           note=f"{what}: {int(left.sum())} element(s) in {int(where.sum())} row(s) never written "
+                                "(the poison the buffer held before the call)")
+    return None
+
+
 def merge_case(ctx: ProbeContext, label: str, a: State, b: State) -> Case:
-    """Verdict for ``target.merge_state(a, b)``: o (T, H, dv) in ctx.dtype, lse (T, H) float32."""
+    """Verdict for ``target.merge_state(a, b)``: o (T, H, dv) in ctx.dtype, lse (T, H) float32. A target
+    that ``accepts_out`` gets poisoned ``out`` / ``lse_out`` buffers."""
     fn = entry(ctx.target, "merge_state")
     base, empty_lse = conventions(ctx.target)
     o_a, o_b = a.o.to(ctx.dtype), b.o.to(ctx.dtype)
     l_a, l_b = a.lse.float(), b.lse.float()
     dev = ctx.device
+    kw = {}
+    if getattr(ctx.target, "accepts_out", False):
+        kw = {"out": poisoned(o_a.shape, ctx.dtype, dev), "lse_out": poisoned(l_a.shape, torch.float32, dev)}
     try:
-        res = ctx.call_entry(fn, label, o_a.to(dev), l_a.to(dev), o_b.to(dev), l_b.to(dev))
+        res = ctx.call_entry(fn, label, o_a.to(dev), l_a.to(dev), o_b.to(dev), l_b.to(dev), **kw)
         o, lse = _pair(res, "merge_state")
         check_tensor(o, "merged o", o_a.shape, ctx.dtype, dev)
         check_tensor(lse, "merged lse", l_a.shape, torch.float32, dev)
     except Exception as exc:  # noqa: BLE001 - any exception from the kernel (or a wrong output) is its verdict
         return ctx._case(label, raised(exc))
+    left = unwritten((o, "merged o"), (lse, "merged lse"))
+    if left is not None:
+        return ctx.finish(label, left)
     states = [(o_a, l_a), (o_b, l_b)]
     gold = merge_states(states, policy="fp64", lse_base=base, empty_lse=empty_lse)
     base_m = merge_states(states, policy=f"fp32,out={ctx.fmt.name}", lse_base=base, empty_lse=empty_lse)
@@ -110,34 +152,71 @@ def baseline_decode(q, k, v, lens, *, is_causal: bool, scale=None) -> torch.Tens
     return out
 
 
+def empty_decode_rows(lens, N: int, is_causal: bool) -> torch.Tensor:
+    """Bool (B, 1, N, 1): query rows with no key (L = 0, or bottom-right causal with i < N - L)."""
+    rows = torch.zeros(len(lens), 1, N, 1, dtype=torch.bool)
+    for b, L in enumerate(lens):
+        if L == 0:
+            rows[b] = True
+        elif is_causal and N > L:
+            rows[b, 0, :N - L] = True
+    return rows
+
+
 def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_table=None, pages=None,
                 num_splits: int = 1, max_seqlen=None, is_causal: bool = True, check_lse: bool = False,
-                out: list | None = None) -> Case:
+                out: list | None = None, baseline_kv=None) -> Case:
     """Verdict for ``target.decode``: q (B, H, N, d) and the contiguous cache k, v (B, G, S, d) in
     ctx.dtype (the golden's inputs); with ``block_table`` the target gets ``pages`` = (k_pages, v_pages)
-    instead. ``out``: a list the target's output is appended to (for invariance checks)."""
+    instead. ``out``: a list the target's output is appended to (for invariance checks). The target's
+    declarations (attnum.kernels.serving) apply: ``single_query_only`` (N > 1 is unsupported),
+    ``split_rule``, the decode entry's ``empty_rows``, ``accepts_out`` (poisoned buffers, ``unwritten``).
+    ``baseline_kv``: the (k, v) the baseline attends to instead of k, v (a quantised cache)."""
     fn = entry(ctx.target, "decode")
     base, empty_lse = conventions(ctx.target)
     dev = ctx.device
+    N = q.shape[2]
+    if N > 1 and getattr(ctx.target, "single_query_only", False):
+        return ctx._case(label, unsupported(label, "the target declares single_query_only (decode N = 1)").verdict)
     lens = [int(x) for x in torch.as_tensor(cache_seqlens).tolist()]
     kc, vc = (k, v) if block_table is None else pages
+    kw = {}
+    if getattr(ctx.target, "accepts_out", False):
+        kw["out"] = poisoned((*q.shape[:-1], v.shape[-1]), q.dtype, dev)
+        if check_lse:
+            kw["lse_out"] = poisoned(q.shape[:-1], torch.float32, dev)
     try:
         res = ctx.call_entry(
             fn, label, q.to(dev), kc.to(dev), vc.to(dev),
             cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=dev),
-            block_table=None if block_table is None else block_table.to(dev), num_splits=num_splits,
-            max_seqlen=max_seqlen, is_causal=is_causal, return_lse=check_lse)
+            block_table=None if block_table is None else block_table.to(dev),
+            num_splits=splits(ctx.target, num_splits), max_seqlen=max_seqlen, is_causal=is_causal,
+            return_lse=check_lse, **kw)
         o, lse = _pair(res, "decode") if check_lse else (res, None)
         check_tensor(o, "decode output", (*q.shape[:-1], v.shape[-1]), q.dtype, dev)
         if check_lse:
             check_tensor(lse, "decode lse", q.shape[:-1], torch.float32, dev)
     except Exception as exc:  # noqa: BLE001 - any exception from the kernel (or a wrong output) is its verdict
         return ctx._case(label, raised(exc))
+    left = unwritten((o, "decode output"), (lse, "decode lse"))
+    if left is not None:
+        return ctx.finish(label, left)
     if out is not None:
         out.append(o.detach().to("cpu", torch.float64))
     g_o, g_lse = decode_reference(q, k, v, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
                                   return_lse=True)
-    b_o = baseline_decode(q, k, v, lens, is_causal=is_causal)
+    bk, bv = (k, v) if baseline_kv is None else baseline_kv
+    b_o = baseline_decode(q, bk, bv, lens, is_causal=is_causal)
+    empty_rule = empty_rows_of(ctx.target, "decode")
+    empty = empty_decode_rows(lens, N, is_causal)
+    if empty_rule == "nan":
+        g_o, b_o = g_o.masked_fill(empty, NAN), b_o.masked_fill(empty, NAN)
+    elif empty_rule == "mean-v":
+        raise_mean = "decode empty_rows='mean-v' is not judged (declare zeros, nan or any)"
+        return ctx._case(label, unsupported(label, raise_mean).verdict)
+    elif empty_rule == "any":
+        o = torch.where(empty.to(o.device), g_o.to(o.device, o.dtype), o)
+        b_o = torch.where(empty, g_o, b_o)
     verdict = _judge(o, g_o, b_o, ctx.fmt, ctx, "o")
     if check_lse:
         g_lse = g_lse.masked_fill(g_lse == -math.inf, empty_lse)

@@ -34,6 +34,24 @@ def output_terms(q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> tup
     return t, k.shape[-2]
 
 
+def score_order_terms(q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> torch.Tensor:
+    """(B, H, N, dv) float64: sum_j P_ij |V_jc - O_ic| s |q_i| . |k_j|, the first-order change of O when
+    each score s_ij moves by its size s |q_i| . |k_j| -- times c(fp32, d) it bounds what the summation
+    order of the q . k dot (prescaled q or k, scale after, any blocking) can do to the output. The
+    score-side counterpart of the dS terms the gradient probes use (T_dQ = s |dS| |K|)."""
+    B, H, G, N, S, d, _ = masks.check_qkv(q, k, v)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    bias = _dense_bias(attn_mask, is_causal, (B, H, N, S))
+    qd, kd, vd = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
+    kd, vd = masks.expand_kv(kd, H), masks.expand_kv(vd, H)
+    logits = sc * (qd @ kd.transpose(-1, -2)) + bias
+    p = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # rows with no key: no terms
+    o = p @ vd
+    size = sc * (qd.abs() @ kd.abs().transpose(-1, -2))  # (B, H, N, S)
+    spread = (vd.unsqueeze(2) - o.unsqueeze(3)).abs()  # (B, H, N, S, dv)
+    return torch.einsum("bhns,bhns,bhnsc->bhnc", p, size, spread)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GradTerms:
     """Golden gradients [dq, dk, dv] (float64, CPU), their term sizes, and each one's n."""

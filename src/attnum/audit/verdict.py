@@ -1,6 +1,6 @@
 """The verdict rule: is a kernel's error explained by the precision it runs in?
 
-The rule follows FlashAttention's and PyTorch's own test suites (research/edge-cases.md §3):
+The rule follows FlashAttention's and PyTorch's own test suites:
 three computations of the same case,
 
 - ``golden``   float64 attention on the (already low-precision) inputs,
@@ -43,21 +43,23 @@ ABORTED = ("crashed", "timed out", "exited")
 SIGSEGV), silent past the per-case timeout (``timed out``), or ended by the target itself
 (``exited``, any exit code, 0 included). See attnum.audit.isolate."""
 
-STATUSES = ("pass", "fail", "error", "unsupported", "note", *ABORTED)
+STATUSES = ("pass", "fail", "unwritten", "error", "unsupported", "note", *ABORTED)
 """pass/fail: the rule's answer. error: the kernel raised. unsupported: the kernel refused this
 input (NotImplementedError, or torch's "no available kernel"). note: a behaviour probe deviated;
-reported, failing only under --strict. crashed / timed out / exited: see :data:`ABORTED`."""
+reported, failing only under --strict. unwritten: output elements the target was given to write
+(poisoned buffers, attnum.kernels.serving ``accepts_out``) still hold the poison. crashed / timed out
+/ exited: see :data:`ABORTED`."""
 
-FAILING = frozenset(("fail", "error", *ABORTED))
+FAILING = frozenset(("fail", "unwritten", "error", *ABORTED))
 """The statuses that count against the target: everything else is a pass, a note or a refusal."""
 
 # Order used to pick the case that represents a probe: the worst one wins. "unsupported" ranks
 # lowest, so a probe whose other cases ran shows their verdict (and counts the refusals in its note);
 # a dead process ranks above every answer, since the probe did not finish.
-SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4, "exited": 5, "timed out": 5,
+SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4, "unwritten": 4, "exited": 5, "timed out": 5,
             "crashed": 5}
 
-NO_MARGIN = frozenset(("error", "unsupported", *ABORTED))
+NO_MARGIN = frozenset(("error", "unsupported", "unwritten", *ABORTED))
 """Statuses without a margin: nothing was compared."""
 
 NEAR_BOUND = 0.8
@@ -141,11 +143,14 @@ def judge(
     floor_ulps: float,
     terms: torch.Tensor | None = None,
     n_terms: int = 0,
+    extra_floor: torch.Tensor | None = None,
 ) -> Verdict:
     """Apply the rule to one case. All tensors share a shape; they are compared in float64.
 
     ``terms``: T_i = sum_j |a_ij b_j| for each element (golden side, float64), summed over
-    ``n_terms`` products; None leaves FA's rule alone (k x baseline + ulp floor).
+    ``n_terms`` products; None leaves FA's rule alone (k x baseline + ulp floor). ``extra_floor``: a
+    per-element allowance already in output units (golden side, e.g. the score-order terms of
+    :func:`attnum.audit.terms.score_order_terms` times their coefficient), added to the terms floor.
     """
     if k <= 0 or floor_ulps < 0:
         raise ValueError(f"{k=} must be positive and {floor_ulps=} non-negative")
@@ -173,6 +178,8 @@ def judge(
         return Verdict(status="pass", target_error=0.0, baseline_error=b_err, bound=uniform)
     extra = (terms.double()[finite] * terms_coefficient(fmt, n_terms) if terms is not None
              else torch.zeros_like(err))
+    if extra_floor is not None:
+        extra = extra + extra_floor.double()[finite]
     bound = uniform + extra  # per element
     # The element that used most of its bound speaks for the case (0/0 counts as 0).
     ratio = torch.where(bound > 0, err / bound, torch.where(err > 0, math.inf, 0.0))

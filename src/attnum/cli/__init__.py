@@ -32,7 +32,7 @@ from attnum.cli.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
 # The shell's own commands; each study family adds its own (attnum.studies.registry.register_cli).
-_COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "scan")
+_COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "scan", "kernels")
 
 
 # A write the disk refused: what the user can act on, not a bug.
@@ -94,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         if code == 130:  # typer turns a KeyboardInterrupt (SIGINT, or SIGTERM in a sweep) into Exit(130)
             print("attnum: interrupted", file=sys.stderr)
         return code if isinstance(code, int) else 0
-    except SystemExit as ex:  # a command that calls sys.exit itself
-        return ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    except SystemExit as ex:  # no command calls sys.exit with 0: code it ran did (a kernel in training...)
+        if isinstance(ex.code, int) and ex.code != 0:
+            return ex.code  # click's own exit on a closed stdout (EPIPE) is 1
+        # Never exit 0 on it: nothing finished.
+        print(f"attnum: error: code this command ran called sys.exit({ex.code!r}) before the command "
+              "finished; nothing was completed", file=sys.stderr)
+        return 1
     except _click.exceptions.NoArgsIsHelpError as err:  # `attnum` alone: the help, as before
         print(err.ctx.get_help() if err.ctx is not None else err.format_message())
         return err.exit_code

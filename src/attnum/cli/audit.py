@@ -13,14 +13,22 @@ from pathlib import Path
 import typer
 
 EXIT_UNAVAILABLE = 3
+HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable).\n\n"
+        "A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter with the GPU's "
+        "arithmetic; see --numerics). Serving kernels (prefill incl. varlen cu_seqlens, decode single- and "
+        "multi-query, paged, merge of 2 and N states) follow docs/audit.md, 'The serving protocol'; SGLang's and "
+        "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge; "
+        "attnum kernels fetch sglang|vllm).")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("audit")
+    @app.command("audit", help=HELP)
     def audit(
         target: str = typer.Argument(..., help="package.module:function, path/file.py:function, or a built-in "
                                                "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
-                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers)"),
+                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
+                                               "sglang-decode, sglang-merge, vllm-unified, vllm-triton-merge), or "
+                                               "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
@@ -43,39 +51,58 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
         html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
+        numerics: str = typer.Option("faithful", "--numerics",
+                                     help="arithmetic of interpreted Triton kernels: faithful (the GPU's: bf16 "
+                                          "rounding, TF32 dots; verdicts say triton-interp:nvidia-sm90), raw "
+                                          "(Triton's interpreter as is) or faithful-ex2-approx"),
     ) -> int:
-        """Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable)."""
-        from rich.console import Console
-
+        """Audit an attention kernel (the help text is HELP above)."""
         from attnum.audit.config import AuditConfig
         from attnum.audit.report import print_table, to_html, to_json
         from attnum.audit.runner import run_audit
 
-        console = Console(stderr=as_json)
         if list_probes:
             from attnum.audit.probes import PROBES
+            from attnum.tables import print_table as emit
 
-            for p in PROBES.values():
-                console.print(f"{p.name:24s} {p.kind:9s} {p.summary}  [dim]({', '.join(p.refs)})[/dim]")
+            emit(("probe", "kind", "what it checks", "sources"),
+                 [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
             raise typer.Exit(0)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
-                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate)
+                          causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
+                          numerics=numerics)
         if html_file is not None:
             check_writable(html_file, "--html")
-        progress = None
-        if not as_json and sys.stderr.isatty():
-            progress = lambda r: console.print(f"[dim]{r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)[/dim]")
-        report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
+        from attnum.audit.runner import plan
+        from attnum.report.progress import Activity
+
+        total = len(plan(cfg))
+        # Progress on stderr (stdout keeps the table or the JSON document alone): on a terminal one line
+        # per probe; in a log a line every ATTNUM_PROGRESS_INTERVAL seconds saying how many probes are
+        # done and which ran last (a few lines a minute however many probes).
+        tty = sys.stderr.isatty()
+        with Activity(f"audit {target}", total=total) as act:
+            act.update(done=0)
+
+            def progress(r) -> None:
+                act.update(done=(act.done or 0) + 1, label=f"last: {r.name} {r.dtype} {r.status}")
+                if tty:
+                    print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)",
+                          file=sys.stderr, flush=True)
+
+            report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
         if as_json:
             from attnum.jsonout import dumps
 
             print(dumps(to_json(report), indent=2))
         else:
-            print_table(report, console)
+            print_table(report)
         if html_file is not None:
+            from attnum.outfile import write_atomic
+
             try:
-                html_file.write_text(to_html(report), encoding="utf-8")
+                write_atomic(html_file, to_html(report))  # a temp file renamed into place
             except OSError as err:
                 from attnum.errors import AttnumEnvironmentError
 
@@ -90,7 +117,11 @@ def check_writable(path: Path, flag: str) -> None:
     """Refuse, before any work, an output path that cannot become a file: a folder, a missing or
     non-folder parent."""
     from attnum.errors import AttnumInputError
+    from attnum.outfile import is_own_file
 
+    if is_own_file(path):
+        raise AttnumInputError(f"{flag} {str(path)!r} is attnum's own bookkeeping file (a results store, its "
+                               "WAL or a folder lock), never an output: name another file")
     if path.is_dir():
         raise AttnumInputError(f"{flag} {str(path)!r} is a folder; name a file (e.g. {str(path / 'audit.html')!r})")
     parent = path.parent if str(path.parent) else Path(".")

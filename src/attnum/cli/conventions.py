@@ -9,7 +9,8 @@ flag of its kind, before any command body runs:
 - an integer fits in 64 bits (past that torch raises ``Overflow when unpacking long long``);
 - a seed (``--seed``, ``--data-seed``) is in [0, 2**32 - 1], which leaves room for the seeds
   derived from it (``seed * 1_000_003 + step`` and the like) to stay within 64 bits;
-- a float is finite (``nan`` compares false with every bound, so configs would let it through).
+- a float is finite (``nan`` compares false with every bound, so configs would let it through);
+- a path is not empty (``--out ""`` would otherwise mean the current folder).
 """
 
 from __future__ import annotations
@@ -66,6 +67,26 @@ def _checked(param: Any) -> None:
     param.callback = callback
 
 
+def _is_path(param: Any) -> bool:
+    from typing import get_args
+
+    desc = param.type_descriptor
+    return desc.annotation is Path or ((desc.is_tuple or desc.is_list) and Path in get_args(desc.annotation))
+
+
+def _non_empty(param: Any) -> None:
+    """Refuse an empty string for a path flag before typer turns it into ``Path('.')``."""
+    inner, flag = param.process_value, _flag(param)
+
+    def process_value(ctx, value):
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            raise bad_value(flag, "", "a path (an empty name is not the current folder; say '.' for that)")
+        return inner(ctx, value)
+
+    param.process_value = process_value
+
+
 def _metavar(param: Any) -> str | None:
     if getattr(param, "is_flag", False):
         return ""
@@ -100,6 +121,8 @@ def conventional(command: Any) -> None:
         if param.type_descriptor.annotation in (int, float) or param.type_descriptor.is_tuple \
                 or param.type_descriptor.is_list:
             _checked(param)
+        if _is_path(param):
+            _non_empty(param)
     help_option = command.get_help_option
 
     def get_help_option(ctx):

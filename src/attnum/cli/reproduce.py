@@ -11,7 +11,7 @@ import typer
 
 # Every family's profiles (attnum.studies.registry.profiles()), spelled here so that --help does not import
 # the studies (a test pins it)
-PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke")
+PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke", "consistency", "lowbit")
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         from attnum.outdir import check_out_folder
         from attnum.report.html import write_report
         from attnum.store import open_store
-        from attnum.studies.registry import all_findings, profiles
+        from attnum.studies.registry import all_findings, all_headlines, profiles
 
         make_spec = profiles().get(profile)
         if make_spec is None:
@@ -45,7 +45,10 @@ def register(app: typer.Typer) -> None:
         report = write_report(out_dir)
         t2 = time.perf_counter()
         with open_store(out_dir) as store:
-            findings = all_findings(store.rows())
+            rows = store.rows()
+        for sentence in all_headlines(rows):
+            print(sentence)
+        findings = all_findings(rows)
         for f in findings:
             print(f"[{f.figure}] {f.claim} | {f.policy}/{f.variant}: {f.verdict.upper()} -- {f.measured}")
         print(f"{summary.planned} points ({summary.skipped} reused, {summary.failed} failed); sweep {t1 - t0:.1f}s, "

@@ -41,7 +41,10 @@ def register(app: typer.Typer) -> None:
             targets += [str(p) for p in package_paths(package)]
         if not targets:
             raise AttnumInputError("scan needs at least one PATH or --package NAME")
-        report = run_scan(targets, min_severity=min_severity)
+        from attnum.report.progress import Activity
+
+        with Activity("scan"):  # a heartbeat in a log when a package's thousands of files take a while
+            report = run_scan(targets, min_severity=min_severity)
         if as_json:
             print(dumps({"files_scanned": report.files_scanned, "min_severity": min_severity,
                          "skipped": list(report.skipped), "findings": [asdict(f) for f in report.findings]},

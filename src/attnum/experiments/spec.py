@@ -161,6 +161,7 @@ def spec_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> SweepSpec
     if not raw_groups:
         raise AttnumInputError(f"{source}: no axes, points or [[group]] given; nothing to run")
 
+    _check_size(raw_groups, source)  # from the axes' lengths, before any point is built
     groups: list[Group] = []
     seen: set[str] = set()
     for prefix, raw in raw_groups:
@@ -182,6 +183,26 @@ def spec_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> SweepSpec
         source=source,
         description=str(data.get("description", "")),
     )
+
+
+def _check_size(raw_groups: list[tuple[str, Any]], source: str) -> None:
+    """Refuse a spec whose points (the product of each group's axis lengths plus its listed points,
+    counted before duplicates merge) exceed MAX_POINTS: arithmetic on the lengths, nothing built, so
+    a 10**7-point spec is refused at once instead of after minutes and gigabytes."""
+    total = 0
+    for _prefix, raw in raw_groups:
+        if not isinstance(raw, dict):
+            continue  # refused with its own message below
+        axes, listed = raw.get("axes", {}), raw.get("points", [])
+        n = 1 if isinstance(axes, dict) and axes else 0
+        for values in (axes.values() if isinstance(axes, dict) else ()):
+            n *= len(values) if isinstance(values, list) else 1
+            if n > MAX_POINTS:
+                break
+        total += n + (len(listed) if isinstance(listed, list) else 0)
+        if total > MAX_POINTS:
+            raise _bad(source, "axes", f"more than {MAX_POINTS} points (the product of the axes' lengths)",
+                       f"at most {MAX_POINTS} points per spec")
 
 
 def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, prefix: str) -> Group:

@@ -26,8 +26,10 @@ DTYPES = (torch.bfloat16, torch.float16)
 PAGE_MULTIPLE = 256  # FA2's paged-KV requirement (csrc/flash_attn/flash_api.cpp)
 
 
-def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
+def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=0, max_seqlen=None,
            is_causal=True, scale=None, return_lse=False):
+    """``num_splits`` left out: 0, flash-attn's own ``num_splits_heuristic`` (its default), which is what
+    the decode-batch-invariance probe asks for; the probes that pass a count get that count."""
     from flash_attn import flash_attn_with_kvcache
 
     if q.dtype not in DTYPES:

@@ -39,9 +39,12 @@ from attnum.kernels import (
     pallas_tpu_flash,
     reference,
     serving,
+    sglang_triton,
     triton_interp,
     user,
     vllm_merge,
+    vllm_triton,
+    wheels,
     xformers,
 )
 
@@ -65,6 +68,10 @@ class Kernel:
     # Runs through an interpreter (Pallas interpret mode): an audit target, ~10x too slow for the
     # per-point kernels of a sweep, so a spec's "all" leaves it out (a spec may still name it).
     interpreted: bool = False
+    # A Triton kernel: on CPU it runs in Triton's interpreter under the audit's --numerics.
+    triton: bool = False
+    # Returns '' when the kernel's code can be loaded here, else why not (e.g. a wheel not fetched).
+    requires: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
@@ -108,8 +115,8 @@ def _sdpa(name: str, backend: str | None, devices: tuple[str, ...], doc: str) ->
     return Kernel(name=name, fn=_sdpa_backend(backend), devices=devices, doc=doc)
 
 
-# Conventions of the adapters whose modules do not state them (research/edge-cases.md §2.5, §2.8;
-# inference-numerics.md): flash-attn >= 2.1 and FlashInfer align causal bottom-right, and both write
+# Conventions of the adapters whose modules do not state them: flash-attn >= 2.1 and FlashInfer align
+# causal bottom-right, and both write
 # 0 for rows with no key (flash-attn#1778 "the top of the output will be zero", FlashInfer's
 # state_t::normalize after flashinfer#4401). xformers' LowerTriangularMask and flex (through
 # attention.masks) are top-left.
@@ -132,6 +139,16 @@ def _adapter(mod) -> Kernel:
                   interpreted=getattr(mod, "INTERPRETED", False))
 
 
+def _serving_triton(mod, target: serving.ServingTarget, doc: str) -> Kernel:
+    """A third-party Triton serving kernel (attnum.kernels.sglang_triton / vllm_triton): CPU through the
+    interpreter, CUDA natively; its code from the installed package or the fetched wheel."""
+    declared = serving.empty_rows_of(target, "sdpa")
+    return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
+                  causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
+                  empty_rows=declared, interpreted=True, triton=True,
+                  requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg))
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _sdpa("torch-sdpa", None, ("cpu", "cuda"), "F.scaled_dot_product_attention with torch's default backend choice"),
     _sdpa("torch-sdpa-math", "MATH", ("cpu", "cuda"), "SDPBackend.MATH (bf16/fp16 upcast to fp32 inside)"),
@@ -142,6 +159,13 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     *(_adapter(mod) for mod in (flex, flash_attn, flashinfer, xformers)),
     *(_adapter(mod) for mod in (pallas_mha, pallas_tpu_flash)),  # CPU, interpret mode; extra "jax"
     *(_adapter(mod) for mod in (flashinfer_merge, flashinfer_decode, flash_attn_kvcache, vllm_merge)),
+    *(_serving_triton(mod, target, doc) for mod, target, doc in (
+        (sglang_triton, sglang_triton.DECODE, "SGLang decode_attention_fwd (Triton; single query, token pool)"),
+        (sglang_triton, sglang_triton.MERGE, "SGLang merge_state_triton (Triton)"),
+        (sglang_triton, sglang_triton.EXTEND, "SGLang extend_attention_fwd (Triton; prefill over a prefix, as SDPA)"),
+        (vllm_triton, vllm_triton.UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)"),
+        (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"),
+        (vllm_triton, vllm_triton.TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)"))),
 )}
 
 
@@ -201,7 +225,11 @@ def _status(name: str, devices: tuple[str, ...], package: str | None, device: st
 def kernel_status(name: str, device: str | None = "cpu") -> tuple[bool, str]:
     """(available, reason): whether the real kernel ``name`` can run on ``device`` here, and why not."""
     kernel = get_kernel(name)
-    return _status(name, kernel.devices, kernel.package, device)
+    ok, why = _status(name, kernel.devices, kernel.package, device)
+    need = kernel.requires() if kernel.requires is not None else ""
+    if need:
+        return False, "; ".join(filter(None, (why, need)))
+    return ok, why
 
 
 def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]:
@@ -209,12 +237,14 @@ def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]
 
 
 def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | None = None,
-            block_k: int | None = None, param: str = "attention") -> Target:
+            block_k: int | None = None, param: str = "attention", numerics: str = "faithful") -> Target:
     """Resolve ``spec`` for ``device`` (None: whichever device the tensors will be on).
 
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
-    ``block_q``/``block_k`` are flash's tiles and ignored by every other name. Raises
-    AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
+    ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
+    arithmetic of Triton's interpreter for interpreted Triton targets
+    (:data:`attnum.kernels.triton_interp.NUMERICS`). Raises AttnumInputError (naming ``param``) for
+    an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
         return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True,
@@ -226,7 +256,10 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     if spec in KERNELS:
         ok, why = kernel_status(spec, device)
         kern = KERNELS[spec]
-        return Target(name=spec, fn=kern.fn if ok else None, available=ok, reason=why,
+        fn = kern.fn
+        if ok and kern.triton and interpreted_triton(spec, device):
+            fn = triton_interp.serving_under(kern.fn, numerics)
+        return Target(name=spec, fn=fn if ok else None, available=ok, reason=why,
                       declared={"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows})
     if spec in reference.NAMES:
         fn = reference.builtin(spec)
@@ -236,7 +269,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = serving.reference(policy)
     elif sep and kind == triton_interp.PREFIX:  # a user's Triton kernel under TRITON_INTERPRET=1, on CPU
         ok, why = _status(spec, triton_interp.DEVICES, triton_interp.PACKAGE, device)
-        fn = triton_interp.load(policy, spec) if ok else None
+        fn = triton_interp.load(policy, spec, numerics=numerics) if ok else None
         return Target(name=spec, fn=fn, available=ok, reason=why, declared=conventions.declared(fn) if ok else {})
     elif user.is_user_spec(spec):
         fn = user.load_user_target(spec)
@@ -244,6 +277,15 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         raise _unknown(param, spec)
     ok, why = _status(spec, _ANY_DEVICE, None, device)
     return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=conventions.declared(fn))
+
+
+def interpreted_triton(spec: str, device: str | None = "cpu") -> bool:
+    """Whether ``spec`` names a Triton kernel that runs through Triton's interpreter on ``device``."""
+    spec = spec.strip()
+    if spec.startswith(triton_interp.PREFIX + ":"):
+        return True
+    kern = KERNELS.get(spec)
+    return bool(kern and getattr(kern, "triton", False) and (device or "cpu").startswith("cpu"))
 
 
 def require(spec: str | SdpaFn, device: str | None = None, *, block_q: int | None = None,

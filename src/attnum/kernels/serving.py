@@ -14,8 +14,30 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
   attnum's layout; without ``block_table`` the cache is (B, G, S, d), with it a page pool
   (n_pages, P, G, d) as :mod:`attnum.attention.paged`; lse (B, H, N) float32 in ``lse_base``; ``is_causal`` with
   the kernel's own alignment (the decode probes check it is bottom-right: a decode query sees its cache);
+  a caller that leaves ``num_splits`` out asks for the kernel's own split choice (its heuristic);
+- ``attnum_batch_invariant`` (optional, on the target or its ``decode``): True when the target claims a
+  request's decode output does not depend on the rest of the batch (the decode-batch-invariance probe);
 - ``lse_base``: ``"e"`` or 2; ``empty_lse``: the LSE the target uses for a state with no key (-inf, or
   +inf as FA2's non-split forward).
+
+Declared attributes (plain Python values; an adapter needs no attnum import -- a class whose attributes
+and static methods say all this is a target, see :func:`declared_target` and docs/audit.md, "The serving
+protocol"):
+
+- ``causal_alignment``: ``"top_left"`` / ``"bottom_right"`` of the SDPA entry point;
+- ``empty_rows``: the output of a query row with no key, one of ``zeros``, ``nan``, ``mean-v``, ``any``;
+  a string for every entry point or a dict by entry point (``{"sdpa": "zeros", "decode": "nan"}``);
+- ``kv_cache_dtype`` (None, ``"e4m3fn"``, ``"e5m2"``) with ``k_scale`` / ``v_scale`` (the per-tensor
+  scales the cache is quantised with; ``decode`` then receives the cache in the audited dtype and
+  quantises it itself, as a cache writer would);
+- ``split_rule``: how ``num_splits`` is honoured: ``"fixed-splits"`` (that many splits),
+  ``"fixed-size"`` (the kernel picks its own split size; ``num_splits`` is a hint), ``"power-of-two"``
+  (rounded up to a power of two);
+- ``single_query_only``: ``decode`` takes N = 1 query per sequence only (cases with N > 1 are
+  ``unsupported`` without a call);
+- ``accepts_out``: ``decode`` and ``merge_state`` take ``out=`` (and ``lse_out=``) buffers to write
+  into. The auditor then poisons them (a NaN with a payload no arithmetic makes) and an element still
+  holding the poison after the call is ``unwritten``.
 
 Adapters translate their package's layout to this one inside these methods; the probes never see it.
 :func:`reference` builds attnum's own serving target (the registry's ``decode:POLICY`` family), which
@@ -30,15 +52,75 @@ from collections.abc import Callable
 import torch
 
 from attnum.errors import bad_value
+from attnum.kernels import conventions as _conv
 
 NEG_INF = -math.inf
+ENTRIES = ("sdpa", "decode", "merge_state")
+SPLIT_RULES = ("fixed-splits", "fixed-size", "power-of-two")
+KV_CACHE_DTYPES = ("e4m3fn", "e5m2")
+DECLARED = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
+            "split_rule", "single_query_only", "accepts_out")
+"""The plain attributes :func:`declared_target` reads (module docstring)."""
+
+
+def _empty_rows(value, name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return dict.fromkeys(ENTRIES, _conv.empty_rows(value, param=f"{name}.empty_rows"))
+    if not isinstance(value, dict) or any(k not in ENTRIES for k in value):
+        raise bad_value(f"{name}.empty_rows", value, f"a convention or a dict keyed by {', '.join(ENTRIES)}")
+    return {k: _conv.empty_rows(v, param=f"{name}.empty_rows[{k!r}]") for k, v in value.items()}
+
+
+def _kv_dtype(value, name: str) -> str | None:
+    if value is None:
+        return None
+    from attnum.formats import get_format
+
+    try:
+        fmt = get_format(str(value).replace("fp8_", ""), param=f"{name}.kv_cache_dtype").name
+    except Exception:  # noqa: BLE001 - any unknown name is the same one-line error
+        fmt = None
+    if fmt not in KV_CACHE_DTYPES:
+        raise bad_value(f"{name}.kv_cache_dtype", value, f"None or one of {', '.join(KV_CACHE_DTYPES)}")
+    return fmt
+
+
+def declared_target(obj, name: str) -> ServingTarget:
+    """A :class:`ServingTarget` from a plain object (a class, a module, a namespace) whose attributes
+    follow the protocol: entry points ``sdpa`` / ``decode`` / ``merge_state`` (functions or static
+    methods) and the :data:`DECLARED` values. Nothing in ``obj`` needs attnum."""
+    entries = {e: getattr(obj, e, None) for e in ENTRIES}
+    if not any(callable(f) for f in entries.values()):
+        raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state")
+    kw = {a: getattr(obj, a) for a in DECLARED if getattr(obj, a, None) is not None}
+    return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw)
+
+
+def empty_rows_of(target, entry: str) -> str:
+    """The empty-row output ``target`` declares for ``entry`` ("zeros" when undeclared)."""
+    declared = getattr(target, "empty_rows", None)
+    if isinstance(declared, dict):
+        return declared.get(entry, _conv.DEFAULT_EMPTY_ROWS)
+    return _conv.DEFAULT_EMPTY_ROWS
+
+
+def splits(target, n: int) -> int:
+    """``num_splits`` as the target's split rule takes it."""
+    if getattr(target, "split_rule", "fixed-splits") == "power-of-two":
+        return 1 << max(0, (int(n) - 1).bit_length())
+    return int(n)
 
 
 class ServingTarget:
     """An audit target with optional ``merge_state`` and ``decode`` entry points (module docstring)."""
 
     def __init__(self, name: str, *, sdpa: Callable | None = None, merge_state: Callable | None = None,
-                 decode: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF):
+                 decode: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
+                 causal_alignment: str | None = None, empty_rows: str | dict | None = None,
+                 kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                 split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False):
         from attnum.attention.merge import empty_convention, parse_lse_base
 
         self.__name__ = self.name = name
@@ -49,6 +131,24 @@ class ServingTarget:
             self.decode = decode
         self.lse_base = parse_lse_base(lse_base)
         self.empty_lse = empty_convention(empty_lse)
+        self.empty_rows = _empty_rows(empty_rows, name)
+        if causal_alignment is not None:
+            self.attnum_causal_alignment = _conv.causal_alignment(causal_alignment,
+                                                                        param=f"{name}.causal_alignment")
+        if "sdpa" in self.empty_rows:
+            self.attnum_empty_rows = self.empty_rows["sdpa"]
+        self.kv_cache_dtype = _kv_dtype(kv_cache_dtype, name)
+        for attr, val in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if not (isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val) and val > 0):
+                raise bad_value(f"{name}.{attr}", val, "a finite positive per-tensor scale")
+            setattr(self, attr, float(val))
+        if split_rule not in SPLIT_RULES:
+            raise bad_value(f"{name}.split_rule", split_rule, f"one of {', '.join(SPLIT_RULES)}")
+        self.split_rule = split_rule
+        for attr, val in (("single_query_only", single_query_only), ("accepts_out", accepts_out)):
+            if not isinstance(val, bool):
+                raise bad_value(f"{name}.{attr}", val, "True or False")
+            setattr(self, attr, val)
 
     def __call__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                  enable_gqa=False):

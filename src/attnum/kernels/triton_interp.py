@@ -4,9 +4,13 @@ attention run on CPU tensors by Triton's interpreter (``TRITON_INTERPRET=1``).
 ``@triton.jit`` reads ``TRITON_INTERPRET`` when it *decorates* a kernel, so the variable is set here
 before the user's module is imported (a file target is imported afresh each time; a module imported
 earlier without it keeps its compiled kernels, which then refuse CPU tensors). The interpreter runs
-each program instance in numpy: exact IEEE fp32/fp16 arithmetic, bf16 through float32, loads and
-stores bounds-checked only by the kernel's own masks -- so an unmasked read past a tensor's end
-reads whatever lies there, as on a GPU.
+each program instance in numpy; loads and stores are bounds-checked only by the kernel's own masks --
+so an unmasked read past a tensor's end reads whatever lies there, as on a GPU. The arithmetic is the
+GPU's (:mod:`attnum.kernels.triton_faithful`: bf16 rounded as sm80/sm90 round it, casts to nearest even,
+``tl.dot`` honouring ``input_precision``, TF32 by default) unless ``numerics="raw"`` asks for the
+interpreter's own (bf16 as 16-bit integers, truncating casts, exact fp32 dots). The faithful model's
+self-test (:mod:`attnum.kernels.triton_selftest`) runs once per process before the first call; if it
+fails, every call refuses (``unsupported``) with the reason.
 
 The function must have SDPA's signature (see :mod:`attnum.kernels.user`); a Triton kernel with its
 own signature is wrapped in a few lines that refuse what it cannot express (docs/audit.md, "Real
@@ -20,7 +24,7 @@ import functools
 import os
 from collections.abc import Callable
 
-from attnum.errors import AttnumEnvironmentError
+from attnum.errors import AttnumEnvironmentError, bad_value
 from attnum.kernels import user
 
 PREFIX = "triton-interpret"
@@ -51,11 +55,63 @@ def _check_interpreting() -> None:
                                      "isolates by default) or set TRITON_INTERPRET=1 before importing triton")
 
 
-def load(spec: str, full_spec: str | None = None) -> Callable:
-    """The user's SDPA-signature callable ``spec`` (``file.py:function``), imported with the interpreter on."""
+NUMERICS = ("faithful", "raw", "faithful-ex2-approx")
+"""``faithful``: the GPU's arithmetic, exp exact; ``faithful-ex2-approx``: the same with the approximate
+ex2 model; ``raw``: Triton's interpreter as it is."""
+
+
+def check_numerics(numerics: str) -> str:
+    if numerics not in NUMERICS:
+        raise bad_value("numerics", numerics, f"one of {', '.join(NUMERICS)}")
+    return numerics
+
+
+def label(numerics: str) -> str:
+    """What verdicts say they ran under: ``triton-interp:nvidia-sm90`` / ``triton-interp:raw``."""
+    from attnum.kernels import triton_faithful
+
+    check_numerics(numerics)
+    return triton_faithful.name("raw" if numerics == "raw" else "faithful",
+                                approx_exp=numerics == "faithful-ex2-approx")
+
+
+def under(fn: Callable, numerics: str = "faithful", what: str = "") -> Callable:
+    """``fn`` (which launches interpreted Triton kernels) run under ``numerics``. Faithful numerics
+    need the self-test to pass: otherwise every call raises NotImplementedError (``unsupported``)."""
+    from attnum.kernels import triton_faithful, triton_selftest
+
+    check_numerics(numerics)
+    if numerics == "raw":
+        return fn
+    wrapped = triton_faithful.wrap(fn, approx_exp=numerics == "faithful-ex2-approx")
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        why = triton_selftest.failure()
+        if why:
+            import triton
+
+            raise NotImplementedError(f"{what or 'target'}: the faithful Triton model does not fit the installed "
+                                      f"triton {triton.__version__} (self-test: {why}); --numerics raw runs the "
+                                      "raw interpreter")
+        return wrapped(*args, **kw)
+
+    call.attnum_numerics = label(numerics)
+    return call
+
+
+def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful") -> Callable:
+    """The user's SDPA-signature callable ``spec`` (``file.py:function``), imported with the interpreter on,
+    run under ``numerics`` (:data:`NUMERICS`)."""
+    check_numerics(numerics)
     enable()
     _check_interpreting()
     fn = user.load_user_target(spec)
+    from attnum.kernels.serving import ServingTarget
+
+    if isinstance(fn, ServingTarget):  # a serving adapter (a class with declared attributes)
+        return serving_under(fn, numerics)
+    run = under(fn, numerics, full_spec or spec)
 
     @functools.wraps(fn)
     def call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -65,6 +121,32 @@ def load(spec: str, full_spec: str | None = None) -> Callable:
         kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
         if enable_gqa:
             kw["enable_gqa"] = True
-        return fn(query, key, value, **kw)
+        return run(query, key, value, **kw)
 
+    call.attnum_numerics = label(numerics)
     return call
+
+
+def serving_under(target, numerics: str = "faithful"):
+    """A copy of the serving target ``target`` (attnum.kernels.serving) whose entry points launch their
+    Triton kernels in the interpreter (enabled now, checked at the first call) under ``numerics``."""
+    import copy
+
+    enable()
+    t = copy.copy(target)
+
+    def prepared(fn, what):
+        @functools.wraps(fn)
+        def call(*args, **kw):
+            _check_interpreting()
+            return fn(*args, **kw)
+
+        return under(call, numerics, what)
+
+    if getattr(t, "_sdpa", None) is not None:
+        t._sdpa = prepared(t._sdpa, f"{t.name} (sdpa)")
+    for e in ("decode", "merge_state"):
+        if callable(getattr(t, e, None)):
+            setattr(t, e, prepared(getattr(t, e), f"{t.name} ({e})"))
+    t.attnum_numerics = label(numerics)
+    return t

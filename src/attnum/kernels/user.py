@@ -104,6 +104,10 @@ def load_user_target(spec: str) -> Callable:
         fn = getattr(fn, part)
     if not callable(fn):
         raise AttnumInputError(f"target {spec!r}: {attr!r} is a {type(fn).__name__}, not a callable")
+    if inspect.isclass(fn):  # a serving adapter: declared attributes + entry points (attnum.kernels.serving)
+        from attnum.kernels.serving import declared_target
+
+        return declared_target(fn, spec)
     if check_signature(fn, spec):
         return fn
 

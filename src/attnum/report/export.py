@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import bad_value
+from attnum.outfile import check_output, write_atomic
 from attnum.store import open_store
 
 FORMATS = ("csv", "parquet")
@@ -36,19 +37,24 @@ def export_points(out_dir: str | Path, *, to: str = "csv", output: str | Path | 
     ``output`` may name a folder: the table goes into it as ``points.{csv,parquet}``."""
     if to not in FORMATS:
         raise bad_value("--to", to, f"one of {FORMATS}")
-    path = Path(output) if output else Path(out_dir) / f"points.{to}"
+    if isinstance(output, str) and not output.strip():
+        raise bad_value("-o", output, "a file name")
+    path = Path(output) if output is not None else Path(out_dir) / f"points.{to}"
     if path.is_dir():
         path = path / f"points.{to}"
     if not path.parent.is_dir():
         raise bad_value("-o", str(output), f"a file in an existing folder ({path.parent} is not a folder)")
+    check_output(path, "-o")  # never the store, its WAL or its lock; written whole (temp file, rename)
     rows = flat_rows(out_dir)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     if to == "csv":
-        with path.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
-        return path
+        def write_csv(tmp: Path) -> None:
+            with tmp.open("w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+
+        return write_atomic(path, write_csv)
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -56,8 +62,7 @@ def export_points(out_dir: str | Path, *, to: str = "csv", output: str | Path | 
         raise bad_value("--to", to, "csv (parquet needs pyarrow: pip install 'attnum[parquet]')") from None
     # Columns mix ints, floats, strings and None across kinds; give each one type.
     table = pa.table({c: _column([r.get(c) for r in rows]) for c in columns})
-    pq.write_table(table, path)
-    return path
+    return write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def _column(values: list[Any]) -> list[Any]:

@@ -13,11 +13,14 @@ import datetime as _dt
 import json
 from pathlib import Path
 
+from attnum.errors import bad_value
 from attnum.experiments.results import Row
+from attnum.outfile import check_output, write_atomic
 from attnum.report.blocks import esc as _e
 from attnum.report.blocks import figure as _figure
 from attnum.report.blocks import table as _table
 from attnum.report.generic import generic_figures
+from attnum.report.progress import Activity
 from attnum.store import open_store
 from attnum.studies.registry import ReportContext, all_findings, families, kind_metrics
 
@@ -31,6 +34,7 @@ table.map td.v{text-align:right;font-variant-numeric:tabular-nums} td.c-holds{ba
 td.c-nothold{background:#f6d5d5} td.c-nottested{background:#eee;color:#777} td.c-construct{background:#dce6f6}
 section.claim{border-top:2px solid #ddd;margin-top:1.5em} .note{color:#444;font-style:italic}
 figure{margin:1em 0} img{max-width:100%;border:1px solid #ddd}
+p.lead{font-size:17px;line-height:1.45;background:#f4f8fc;border-left:4px solid #1f4e99;padding:.6em 1em}
 pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px} code{font-size:12px}
 """
 _CHECK_SCRIPT = """
@@ -48,17 +52,32 @@ def write_report(out_dir: str | Path) -> Path:
         rows = store.rows(status=None)
         meta, envs, runs, counts = store.meta(), store.environments(), store.runs(), store.counts()
         spec = store.spec()
-    ctx = ReportContext(rows=rows, figures_dir=out_dir / "figures", findings=tuple(all_findings(rows)))
-    shares = [family.report(ctx) for family in families() if family.report is not None]
+    check_output(out_dir / "report.html", "report.html")  # a folder of that name: one line, before drawing
+    if (out_dir / "figures").exists() and not (out_dir / "figures").is_dir():
+        raise bad_value("figures", str(out_dir / "figures"), "a folder (the report writes NAME.png and NAME.svg "
+                        "into it); move that file aside")
+    with Activity("report", spinner=True) as act:  # a line per figure on a terminal, every interval off it
+        drawn_so_far = [0]
+
+        def step(name: str) -> None:  # figures done so far, and the one being drawn
+            act.update(done=drawn_so_far[0], label=f"drawing {name}")
+            drawn_so_far[0] += 1
+
+        ctx = ReportContext(rows=rows, figures_dir=out_dir / "figures", findings=tuple(all_findings(rows)),
+                            progress=step)
+        shares = [family.report(ctx) for family in families() if family.report is not None]
+        step("generic sweep figures")
+        done = [r for r in rows if r.get("status") == "done"]
+        drawn = generic_figures(done, ctx.figures_dir, kind_metrics(),
+                                skip_groups=tuple(g for s in shares for g in s.groups))
     figures = {name: paths for share in shares for name, paths in share.figures.items()}
     caps = {name: cap for share in shares for name, cap in share.captions.items()}
-    done = [r for r in rows if r.get("status") == "done"]
-    drawn = generic_figures(done, ctx.figures_dir, kind_metrics(), skip_groups=tuple(g for s in shares for g in s.groups))
     figures.update({name: paths for name, (paths, _cap) in drawn.items()})
     caps.update({name: cap for name, (_paths, cap) in drawn.items()})
     placed = {name for share in shares for name in share.placed}
     parts = [
         f"<h1>attnum report: {_e(meta.get('spec_name', '?'))}</h1>",
+        *(section for share in shares for section in share.lead),
         f"<p>Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} from <code>{_e(out_dir)}</code>. "
         f"Points: {counts['planned']} planned, {counts['done']} done, {counts['failed']} failed, "
         f"{counts['missing']} missing.</p>",
@@ -80,9 +99,7 @@ def write_report(out_dir: str | Path) -> Path:
     ]
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnum report</title>"
             f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_CHECK_SCRIPT}</script></body></html>")
-    path = out_dir / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_atomic(out_dir / "report.html", page)  # a temp file renamed into place: never half written
 
 
 def _failed_table(rows: list[Row]) -> str:

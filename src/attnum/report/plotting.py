@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 
+from attnum.outfile import write_atomic
+
 VARIANT_STYLE = {"fa2": "-", "fa1": "--"}
 VARIANT_MARKER = {"fa2": "o", "fa1": "^"}
 VARIANT_NOTE = {"fa2": "normalise once", "fa1": "normalise every tile"}
@@ -71,6 +73,23 @@ def style_legend(ax, *, formats: list[str] = (), order: list[str] = (), variants
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **LEGEND)
 
 
+def plain_log_ticks(fig) -> None:
+    """Every log axis of ``fig`` labelled in plain numbers (2, 0.975, 1024, 1e-05), not 2x10^0 or 2^10;
+    which ticks carry a label is still matplotlib's choice (minor ticks only on a short axis)."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):
+            return f"{x:.4g}" if super().__call__(x, pos) else ""
+
+    for ax in fig.get_axes():
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                base = axis.get_transform().base
+                axis.set_major_formatter(Plain(base=base))
+                axis.set_minor_formatter(Plain(base=base, labelOnlyBase=False))
+
+
 def log_y(ax) -> None:
     """Log y axis (errors span decades); the lines hold only positive values (see spread_line)."""
     ax.set_yscale("log")
@@ -82,18 +101,21 @@ def finish(ax, *, xlabel: str, ylabel: str, title: str = "", legend: bool = True
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    if legend and ax.get_legend_handles_labels()[0]:
-        ax.legend(ncol=1 if len(ax.get_legend_handles_labels()[0]) < 8 else 2, **LEGEND)
+    if legend and ax.get_legend_handles_labels()[0]:  # beside the axes, never over the data
+        ax.legend(ncol=1 if len(ax.get_legend_handles_labels()[0]) < 8 else 2, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **LEGEND)
 
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
     """Write NAME.png and NAME.svg; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    plain_log_ticks(fig)
     fig.tight_layout()
     paths = []
     for ext in ("png", "svg"):
         path = out_dir / f"{name}.{ext}"
-        fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=110, bbox_inches="tight",
+                                                             metadata={"Date": None} if ext == "svg" else None))
         paths.append(path)
     plt.close(fig)
     return paths

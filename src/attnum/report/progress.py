@@ -39,6 +39,13 @@ def _clock(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+
+def escape(text: str) -> str:
+    """``text`` for rich, as data: a name like ``t[/]iny`` is shown, never read as markup."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
 class Activity:
     """A long step: a spinner on a terminal (``spinner=True``), plain heartbeat lines otherwise.
 
@@ -70,7 +77,7 @@ class Activity:
         if label is not None:
             self.label = label
         if self._status is not None:
-            self._status.update(self._text())
+            self._status.update(escape(self._text()))
 
     def printed(self) -> None:
         """Someone else just printed a progress line: the next heartbeat waits a whole interval."""
@@ -100,7 +107,7 @@ class Activity:
             if self.spinner:
                 from rich.console import Console
 
-                self._status = Console(file=self.stream).status(self._text())
+                self._status = Console(file=self.stream).status(escape(self._text()))
                 self._status.__enter__()
                 self.mode = "spinner"
             return self
@@ -128,8 +135,10 @@ class SweepProgress:
     interval saying how many points are done, failed, and the ETA -- a few lines a minute, however
     many points."""
 
-    def __init__(self, *, total: int, skipped: int, title: str, quiet: bool, stream: TextIO | None = None) -> None:
+    def __init__(self, *, total: int, skipped: int, title: str, quiet: bool, stream: TextIO | None = None,
+                 cost: Any = None) -> None:
         self.total, self.skipped, self.title, self.quiet = total, skipped, title, quiet
+        self.cost = cost  # an attnum.eta.CostModel of the points to run: the ETA from the work left
         self.stream = stream or sys.stderr
         self.done = self.failed = 0
         self._t0 = time.perf_counter()
@@ -155,36 +164,46 @@ class SweepProgress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
 
         self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),  # the spec's name is data
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             console=Console(file=self.stream),
             transient=False,
         )
         self._bar.__enter__()
-        self._bar.console.print(head)
-        self._task = self._bar.add_task(self.title, total=self.total, failed=0)
+        self._bar.console.print(head, markup=False, highlight=False)
+        self._task = self._bar.add_task(self.title, total=self.total, failed=0, eta="-")
         return self
 
-    def advance(self, label: str, result: dict[str, Any]) -> None:
+    def eta(self, point: Any = None, result: dict[str, Any] | None = None) -> float:
+        """Seconds left: the cost model's (work left, calibrated on the points done) when there is
+        one and it has seen enough points, else the mean time of the points done."""
+        elapsed = time.perf_counter() - self._t0
+        if self.cost is not None:
+            if point is not None:
+                self.cost.observe(point, (result or {}).get("wall_s"))
+            eta = self.cost.eta(elapsed)
+            if eta is not None:
+                return eta
+        return elapsed / self.done * (self.total - self.done) if self.done else 0.0
+
+    def advance(self, label: str, result: dict[str, Any], point: Any = None) -> None:
         self.done += 1
         failed = result["status"] != "done"
         self.failed += failed
+        eta = self.eta(point, result)
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, failed=self.failed)
+            self._bar.update(self._task, advance=1, failed=self.failed, eta=_clock(eta))
             if failed:
-                self._bar.console.print(f"[red]failed[/red] {label}: {result.get('error')}")
+                what = escape(f"{label}: {result.get('error')}")  # a user's error text is data
+                self._bar.console.print(f"[red]failed[/red] {what}")
             return
-        elapsed = time.perf_counter() - self._t0
-        eta = elapsed / self.done * (self.total - self.done)
         if self._beat is not None:
             self._beat.update(done=self.done, label=f"{self.failed} failed, eta {eta:.0f}s")
         if self.quiet or failed:  # off a terminal without --quiet: failures at once, the rest in heartbeats

@@ -5,4 +5,4 @@ Adding a family: a package ``attnum/studies/<name>/`` and its name on the line b
 This module imports nothing: the CLI reads it before every command.
 """
 
-FAMILIES = ("paper", "serving", "parallel", "speculative", "training", "validation", "lowbit")
+FAMILIES = ("paper", "serving", "parallel", "speculative", "training", "validation", "consistency", "lowbit")

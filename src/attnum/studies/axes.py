@@ -34,6 +34,19 @@ def is_bool(v: Any) -> bool:
     return isinstance(v, bool)
 
 
+def accepts(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    """A check that any value ``parse`` takes without a refusal (AttnumInputError, TypeError, ValueError)."""
+
+    def ok(v: Any) -> bool:
+        try:
+            parse(v)
+        except (AttnumInputError, TypeError, ValueError):
+            return False
+        return True
+
+    return ok
+
+
 def parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
     """A check that asks the core's own parser (formats, policies, tile orders)."""
 
@@ -51,7 +64,7 @@ def parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
 
 COMMON: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
-               "overrides", parses(lambda v: parse_policy(v, "fp32"))),
+               "overrides (each site at most once)", parses(lambda v: parse_policy(v, "fp32"))),
     "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", parses(get_format)),
     "seq_len": ("a positive integer (N)", positive_int),
     "head_dim": ("a positive integer (d)", positive_int),

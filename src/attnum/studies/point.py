@@ -34,6 +34,21 @@ class StudyPoint:
     def key(self) -> str:
         return point_key(self.identity())
 
+    def check_fields(self, table: dict[str, tuple[str, Any]]) -> None:
+        """Check every field but ``kind`` against ``table`` {field: (allowed, ok)}, or the shared
+        validators of :data:`attnum.studies.axes.COMMON` for fields the table does not name; the
+        studies' emulation runs on CPU."""
+        from attnum.studies.axes import COMMON
+
+        for f in dataclasses.fields(self):
+            if f.name == "kind":
+                continue
+            allowed, ok = table[f.name] if f.name in table else COMMON[f.name]
+            if not ok(getattr(self, f.name)):
+                raise bad_value(f.name, getattr(self, f.name), allowed)
+        if getattr(self, "device", "cpu") != "cpu":
+            raise bad_value("device", self.device, "'cpu' (the studies' emulation runs on CPU)")
+
     def kernel_point(self) -> None:
         return None  # real kernels are audited (attnum audit), not swept, beside these studies
 

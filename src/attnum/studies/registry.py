@@ -129,6 +129,7 @@ class ReportContext:
     rows: list[Row]
     figures_dir: Path
     findings: tuple[Finding, ...] = ()
+    progress: Callable[[str], None] | None = None  # called with a figure's name before it is drawn
 
     @property
     def done(self) -> list[Row]:
@@ -140,13 +141,15 @@ class ReportPart:
     """A family's share of ``report.html``.
 
     ``figures`` {name: [png, svg]} drawn under ``ctx.figures_dir``; ``captions`` by figure name;
-    ``sections`` HTML placed after the header (families in registry order); ``appendix`` HTML placed
+    ``lead`` HTML placed first, under the title (a headline computed from the data, with the figure
+    that shows it); ``sections`` HTML placed after the header (families in registry order); ``appendix`` HTML placed
     after "Other figures"; ``placed`` the figure names the sections already show (the rest go under
     "Other figures"); ``groups`` the spec groups the family draws itself (the generic figures skip them).
     """
 
     figures: Mapping[str, list[Path]] = dataclasses.field(default_factory=dict)
     captions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    lead: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()
     appendix: tuple[str, ...] = ()
     placed: frozenset[str] = frozenset()
@@ -160,6 +163,7 @@ class Family:
     name: str
     kinds: tuple[StudyKind, ...] = ()
     findings: Callable[[list[Row]], list[Finding]] | None = None
+    headline: Callable[[list[Row]], list[str]] | None = None  # sentences computed from the rows ([] if none)
     report: Callable[[ReportContext], ReportPart] | None = None
     profiles: Mapping[str, Callable[[str, str], Any]] = dataclasses.field(default_factory=dict)
     record: tuple[str, ...] = ()
@@ -245,6 +249,11 @@ def register_cli(app: Any) -> None:
         module = f"attnum.studies.{name}.cli"
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module).register(app)
+
+
+def all_headlines(rows: list[Row]) -> list[str]:
+    """Every family's headline sentences for ``rows``, in registry order (what ``reproduce`` prints first)."""
+    return [s for family in families() if family.headline for s in family.headline(rows)]
 
 
 def all_findings(rows: list[Row]) -> list[Finding]:

@@ -2,7 +2,7 @@
 
 Models ggml-org/llama.cpp#13975 (Metal FA accumulated the output in F16; gibberish beyond ~32k
 context) and ikawrakow/ik_llama.cpp#1196 (NaN perplexity at 64k; fixed by offsetting the running
-max). research/edge-cases.md §2.12: S = 4096 keys, V ~ 60, near-uniform softmax, so the
+max). S = 4096 keys, V ~ 60, near-uniform softmax, so the
 un-normalised sum reaches ~2.5e5 > 65504 while golden stays ~60.
 """
 

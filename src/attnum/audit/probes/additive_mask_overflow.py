@@ -3,7 +3,7 @@
 Models huggingface/transformers#17306 (``finfo(fp16).min + (-16) = -inf``; a [pad, token] row became
 all -inf, then NaN), huggingface/transformers#27114 (causal + padding masks summed: finfo.min +
 finfo.min = -inf) and NVIDIA-NeMo/Automodel#2658 (two bf16 finfo.min planes summed -> NaN grad norm).
-research/edge-cases.md §2.3. The mask handed to the kernel is what HF builds: causal and left-padding
+The mask handed to the kernel is what HF builds: causal and left-padding
 planes, each finfo.min, summed in the audited dtype, so it mixes -inf and finfo.min; some scores are
 below -16. Golden adds that mask in float64. A row whose every entry ends up -inf is empty (0);
 NaN anywhere fails. The summed planes also run at S = N = 128, an exact tile multiple.

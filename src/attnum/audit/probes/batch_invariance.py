@@ -2,7 +2,7 @@
 
 Models Dao-AILab/flash-attention#2573 (a varlen split-KV early exit wrote LSE into *other* sequences'
 rows) and the general hazard that a kernel's reduction strategy changes with batch size, so a
-request's output depends on who it is batched with (research/edge-cases.md §2.10). Batch element 0
+request's output depends on who it is batched with. Batch element 0
 alone is compared bit for bit with batch element 0 of a batch of 4. Reported as behaviour; fails only
 under --strict. The causal case has N != S, so it is judged with the declared causal alignment
 (a bottom-right kernel judged top-left used to fail here with error 2.4).

@@ -6,7 +6,7 @@ the max, so the "row is empty" guard fired and the row came out as zeros (LSE = 
 trigger: a bf16 GQA model with massive activations, raw logits near -2.45e5. The threshold was on
 the raw logit in prefill and on the scaled logit in decode, so both are probed. Each row has one
 key far above the rest (a unique argmax), so golden is that key's V row and a zero row is plainly
-wrong (research/edge-cases.md §1, recipe 1). FlashInfer's -5e4 (raw) also runs at N = S = 64, 128, 256,
+wrong. FlashInfer's -5e4 (raw) also runs at N = S = 64, 128, 256,
 exact tile multiples; there the 4 constructed rows repeat down the N axis.
 """
 

@@ -3,7 +3,7 @@
 Models Dao-AILab/flash-attention#951 / #517 (flash-attn 2.1 moved causal from top-left to
 bottom-right), pytorch/pytorch#108108 / #110144 (SDPA's is_causal is top-left; users expected
 bottom-right with a KV cache) and flashinfer-ai/flashinfer#4452 (bottom-right with q_len > k_len
-leaves empty rows). research/edge-cases.md §2.5. Both alignments are legitimate; the target declares
+leaves empty rows). Both alignments are legitimate; the target declares
 one (attnum.kernels.conventions: an adapter's field, ``fn.attnum_causal_alignment``, or
 ``--causal-alignment``; undeclared = SDPA's top-left). The probe passes the declared one, reported as
 a note, and fails the other one (naming it) or a match of neither (an off-by-one diagonal).

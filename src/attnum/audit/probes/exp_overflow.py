@@ -2,7 +2,7 @@
 
 Models the un-stabilised softmax that the online-softmax running max exists to prevent (lecture §3 of
 the brief; huggingface/transformers#17437 "OPT - Fix Softmax NaN in half precision mode", whose fix
-upcasts the softmax). research/edge-cases.md §2.12 and §4 item 8. Logits sit at ~100 and ~1000 with a
+upcasts the softmax). Logits sit at ~100 and ~1000 with a
 spread of a few units, so golden is a genuine softmax; a kernel that exponentiates without the max
 produces inf/inf = NaN. Logits ~1000 also run at N = S = 64, 128, 256 (exact tile multiples: the
 unmasked "even" path of tiled kernels).

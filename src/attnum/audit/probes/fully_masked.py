@@ -4,7 +4,7 @@ Models pytorch/pytorch#103749 / #103963 (SDPA NaN for all-False bool rows, fixed
 #131060 / #131863 / #133882 for the 2.5 line), huggingface/transformers#26572 / #29318 / #38690 and
 unslothai/unsloth#9848 (left padding x causal gives empty rows; NaN on some backends), pytorch/pytorch
 #109517 / #110213 (finfo.min rows: finite on CPU, NaN on the mem-efficient kernel) and
-Dao-AILab/flash-attention#978 (zero-length K/V). research/edge-cases.md §2.1, §2.2, §2.18.
+Dao-AILab/flash-attention#978 (zero-length K/V).
 
 The expected output of an empty row is the declared convention (ctx.empty_rows: zeros, NaN, the
 mean of V, or "any" = not compared), named in each passing case's note. A finfo.min additive row is

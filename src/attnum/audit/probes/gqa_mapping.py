@@ -2,7 +2,7 @@
 
 Models pytorch/pytorch#193893 (cuDNN SDPA silently corrupting generation only for models with
 num_key_value_heads < 8; no mechanism identified) and flashinfer-ai/flashinfer#4267, whose real
-trigger was a GQA model. research/edge-cases.md §1 and "not CPU-reproducible". A kernel that maps
+trigger was a GQA model. A kernel that maps
 heads with h % G, or ignores the group size, mixes up distinct kv heads and fails golden.
 """
 

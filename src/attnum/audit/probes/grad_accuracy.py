@@ -2,7 +2,7 @@
 
 Models the calibration side of the catalogue: pytorch/pytorch#103462 (mem-efficient "wrong
 gradients" that were within expected low-precision noise) and flash-attn / PyTorch suites' gradient
-rules (research/edge-cases.md §3: 3x the same-precision error for dq/dk/dv in flash-attn). One causal
+rules (3x the same-precision error for dq/dk/dv in flash-attn). One causal
 case at N = S = 256, a multiple of 128 (backward kernels' tile).
 """
 

@@ -3,7 +3,7 @@
 Models Xilinx/brevitas#1591 and pytorch/pytorch#41508 (softmax backward multiplies grad 0 by NaN
 probabilities: NaN dq/dk/dv for the whole batch), lucidrains/nGPT-pytorch#11 (a row excluded from the
 loss still poisoned the gradients) and Dao-AILab/flash-attention#2421 (zero-length Q segment gave NaN
-dK/dV). research/edge-cases.md §2.1, §2.16, §2.17. Golden: float64 autograd.
+dK/dV). Golden: float64 autograd.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Models pytorch/pytorch#196678 / huggingface/trl#7181 (cuDNN backward NaN dQ: padded keys scored 0
 instead of -inf, exp(0 - lse) overflows, inf * 0 = NaN; needs an explicit attn_mask and
 seq_len % 128 == 64) and NVIDIA/cudnn-frontend#1072 (Sq = 1, Sk = 128, LSE ~ -122: every dK/dV NaN).
-research/edge-cases.md §2.14. Every logit is about -120; golden is float64 autograd. N = S = 128, 256
+Every logit is about -120; golden is float64 autograd. N = S = 128, 256
 (multiples of 128) too: the #196678 trigger is 64 mod 128, the even path is the other branch.
 """
 

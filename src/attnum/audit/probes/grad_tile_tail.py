@@ -3,7 +3,7 @@ multiples of 128 (128, 256), where backward kernels take their unmasked "even" p
 
 Models flash-attn's ``test_flash_attn_bwd_overflow`` ("not masking elements beyond seqlen_k caused
 NaN in dQ ... when seqlen % 128 != 0"; q ~ 5 N(0,1), k, v ~ 3 N(0,1)), pytorch/pytorch#196678
-(seq_len % 128 == 64) and NVIDIA/cudnn-frontend#160. research/edge-cases.md §2.14, §2.15.
+(seq_len % 128 == 64) and NVIDIA/cudnn-frontend#160.
 """
 
 from __future__ import annotations

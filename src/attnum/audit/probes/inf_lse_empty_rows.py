@@ -28,10 +28,11 @@ def run(ctx: ProbeContext) -> list[Case]:
         return [neither]
     _, empty_lse = conventions(ctx.target)
     if no_decode is None:
-        q, k, v, lens = decode_inputs(ctx, B=3, H=4, G=2, N=4, S=64, d=32, lens=(0, 2, 64), salt=5)
-        for splits in (1, 4):
-            cases.append(decode_case(ctx, f"decode empty rows splits={splits}", q, k, v, cache_seqlens=lens,
-                                     num_splits=splits, check_lse=True))
+        for N in (1, 4):  # N = 1: single-query decode, the common serving case
+            q, k, v, lens = decode_inputs(ctx, B=3, H=4, G=2, N=N, S=64, d=32, lens=(0, 2, 64), salt=5 + N)
+            for splits in (1, 4):
+                cases.append(decode_case(ctx, f"decode N={N} empty rows splits={splits}", q, k, v,
+                                         cache_seqlens=lens, num_splits=splits, check_lse=True))
     if no_merge is None:
         if empty_lse == float("inf"):
             live = state(ctx.randn(T, H, DV, salt=1), ctx.randn(T, H, salt=2))

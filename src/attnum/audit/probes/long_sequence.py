@@ -2,7 +2,7 @@
 
 Models the length dependence the paper measures (arXiv 2405.02803 Fig. 5) and long-context failures
 such as ggml-org/llama.cpp#13975 and pytorch/pytorch#162588 (attn_mask accuracy at very long
-sequences). research/edge-cases.md §2.12 and §5. Includes a decode-shaped row (N = 1) and a padded
+sequences). Includes a decode-shaped row (N = 1) and a padded
 batch element.
 """
 

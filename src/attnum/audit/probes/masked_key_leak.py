@@ -1,7 +1,7 @@
 """Masked keys must have no influence, even when valid logits sit just above a finite sentinel.
 
-Models the second failure mode of a finite mask value (research/edge-cases.md §1 recipes 2-3;
-ohdearquant/lattice#361, fixed in #373; the FlashInfer -5e4 sentinel of flashinfer-ai/flashinfer#4401):
+Models the second failure mode of a finite mask value (ohdearquant/lattice#361, fixed in #373; the
+FlashInfer -5e4 sentinel of flashinfer-ai/flashinfer#4401):
 masked logits are filled with a finite F, so when the valid logits are F + delta the masked keys keep
 a weight of about exp(-delta * scale), and when valid logits fall below F the masked keys dominate.
 Masked V rows hold a large constant, so any leaked weight shows in the output. A third case gives the

@@ -5,7 +5,7 @@ Models flashinfer-ai/flashinfer#4051 (open): ``(0, -inf) (+) (0, -inf)`` is NaN 
 open fixes flashinfer-ai/flashinfer#4054 and #5262. vllm-project/vllm#39148: the Triton
 ``merge_attn_states`` gave NaN when both LSEs were -inf (fixed by clamping the max and adding 1e-10
 to the denominator); its test injects ~25% both-empty positions. ring-flash-attention's sigmoid merge
-has the same hole (research/inference-numerics.md §5).
+has the same hole.
 Merge targets: all rows empty, 25% of rows empty in both states. Decode targets: sequences of length 0
 and bottom-right rows with no key (N > L), split 4 ways.
 """

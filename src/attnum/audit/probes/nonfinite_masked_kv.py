@@ -2,7 +2,7 @@
 
 Models pytorch/pytorch#101967 (SDPA returns NaN when a masked-out key holds NaN; 1e10 there is
 harmless) and vllm-project/vllm#53628 (stale KV-cache blocks with non-finite values leak through
-``0 * NaN`` when masking happens after the math). research/edge-cases.md §2.4. Golden is the output
+``0 * NaN`` when masking happens after the math). Golden is the output
 for the same inputs with the masked rows zeroed, i.e. "the mask is structural". torch itself
 propagates NaN here, so this is reported as behaviour and fails only under --strict.
 """

@@ -3,7 +3,7 @@
 Models the tail-tile bugs of Dao-AILab/flash-attention ``test_flash_attn_bwd_overflow`` ("not masking
 elements beyond seqlen_k caused NaN ... when seqlen % 128 != 0"), pytorch/pytorch#196678
 (seq_len % 128 == 64) and NVIDIA/cudnn-frontend#160 (small non-multiple lengths); flashinfer's
-#4401 regression sweep uses kv_len 1, 2, 63, 64, 65, 129. research/edge-cases.md §1, §2.14, §2.15.
+#4401 regression sweep uses kv_len 1, 2, 63, 64, 65, 129.
 Q and K are scaled up (5x, 3x as in flash-attn's test) so unmasked tail garbage would show.
 """
 

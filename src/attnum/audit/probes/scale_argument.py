@@ -3,7 +3,7 @@
 Models kernels that hard-code 1/sqrt(d) or read the scale in the wrong place: PaddlePaddle/Paddle#41933
 and philipturner/metal-flash-attention#8 (the scale applied at a different step than assumed), and
 the FlashInfer decode path of flashinfer-ai/flashinfer#4450, where sm_scale * log2(e) is folded into
-the logits (research/edge-cases.md §1, §2.11). Golden applies the requested scale in float64.
+the logits. Golden applies the requested scale in float64.
 """
 
 from __future__ import annotations

@@ -106,11 +106,16 @@ def render(result: dict) -> str:
 
     lines = [text_table(out, ("table", "setting", "published CosSim/L1/RMSE", *dists)), "", "Orderings (1 - CosSim):"]
     for o in result["orderings"]:
-        lines.append(f"  {o['source']}: {o['claim']}: {o['verdict']} (holds on {', '.join(o['holds_on']) or 'none'}; "
-                     f"fails on {', '.join(o['fails_on']) or 'none'})")
+        def tag(d, o=o):
+            why = o.get("why", {}).get(d, {})
+            return d + (" [" + ", ".join(f"{k} {v:.3g}" for k, v in why.items()) + "]" if why else "")
+        lines.append(f"  {o['source']}: {o['claim']}: {o['verdict']}")
+        lines.append(f"    holds on: {'; '.join(tag(d) for d in o['holds_on']) or 'none'}")
+        lines.append(f"    fails on: {'; '.join(tag(d) for d in o['fails_on']) or 'none'}")
     lines.append("Mechanisms per input:")
     for d, m in result["mechanisms"].items():
         lines.append(f"  {d}: K channel bias {m['k_channel_bias']:.3f}, Q channel bias {m['q_channel_bias']:.3f}, "
                      f"P entries below 1/254 {100 * m['p_below_int8_half_step']:.1f}% carrying "
-                     f"{100 * m['p_mass_below_int8_half_step']:.2f}% of the row mass")
+                     f"{100 * m['p_mass_below_int8_half_step']:.2f}% of the row mass, peak/RMS of Q, K "
+                     f"{m['qk_peak_to_rms']:.1f}")
     return "\n".join(lines)

@@ -110,7 +110,8 @@ def mechanisms(q, k, v, causal: bool) -> dict[str, float]:
     """What explains the orderings on these inputs: the channel bias smoothing removes (norm of the
     per-channel token mean over the RMS of what is left, for K and Q), and P's small entries: the
     fraction of P = exp(S - rowmax) below INT8's half step 1/254 (INT8 P rounds them to 0), and the
-    share of each row's mass they carry (averaged over rows)."""
+    share of each row's mass they carry (averaged over rows); the largest |Q| or |K| entry over the RMS
+    (what a coarse scale granule must span)."""
     def bias(x):
         mu = x.mean(dim=-2, keepdim=True)
         return float(mu.pow(2).mean().sqrt() / (x - mu).pow(2).mean().sqrt())
@@ -122,7 +123,8 @@ def mechanisms(q, k, v, causal: bool) -> dict[str, float]:
     p = torch.exp(s - s.amax(dim=-1, keepdim=True))
     small = (p > 0) & (p < 1 / 254)
     mass = float(((p * small).sum(-1) / p.sum(-1)).mean())
-    return {"k_channel_bias": bias(k), "q_channel_bias": bias(q),
+    peak = float(max(x.abs().max() / x.pow(2).mean().sqrt() for x in (q, k)))
+    return {"k_channel_bias": bias(k), "q_channel_bias": bias(q), "qk_peak_to_rms": peak,
             "p_below_int8_half_step": float(small.sum() / (p > 0).sum()), "p_mass_below_int8_half_step": mass}
 
 
@@ -142,7 +144,21 @@ def run_lowbit_table(cfg: LowbitTableConfig) -> dict:
                          "policy": policy.format(f=cfg.format), **metrics(o, gold),
                          "published": dict(zip(("cossim_pct", "rel_l1", "rmse"), pub)) if pub else None,
                          "seconds": time.perf_counter() - t0})
-    return {"rows": rows, "mechanisms": mech, "orderings": orderings(rows, cfg.dists)}
+    return {"rows": rows, "mechanisms": mech, "orderings": explain(orderings(rows, cfg.dists), mech)}
+
+
+# The mechanism each claim rests on (the quantity printed beside its verdict per input).
+WHY = {"sa1-pv": "p_mass_below_int8_half_step", "sa2-pv": "p_mass_below_int8_half_step",
+       "sa2-smooth": ("k_channel_bias", "q_channel_bias"), "sa2-gran": "qk_peak_to_rms"}
+
+
+def explain(ords: list[dict], mech: dict) -> list[dict]:
+    """Each ordering with ``why``: per input, the value of the mechanism its claim rests on."""
+    for o in ords:
+        keys = WHY.get(o["claim_id"])
+        keys = (keys,) if isinstance(keys, str) else keys or ()
+        o["why"] = {d: {k: m[k] for k in keys} for d, m in mech.items()}
+    return ords
 
 
 def _err(row: dict) -> float:

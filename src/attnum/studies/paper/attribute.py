@@ -187,13 +187,28 @@ def budget_rows(result: dict, metric: str | None = None) -> list[dict]:
     rows = []
     for site, r in result["sites"].items():
         rows.append({"site": site, "format": r["format"], "rounds": r["rounds"],
+                     "rounds_in": tuple(r.get("rounds_in", IMPLS)),
                      **{f"only_{i}": r["only"][i][metric] for i in IMPLS},
                      **{f"without_{i}": r["without"][i][metric] for i in IMPLS}})
     for name in ("full", "floor"):
-        rows.append({"site": name, "format": "", "rounds": True,
+        rows.append({"site": name, "format": "", "rounds": True, "rounds_in": IMPLS,
                      **{f"only_{i}": result[name][i][metric] for i in IMPLS},
                      **{f"without_{i}": result[name][i][metric] for i in IMPLS}})
     return rows
+
+
+def ratio_text(row: dict) -> str:
+    """flash/baseline for a budget row, or why there is none: a site that rounds in one
+    implementation only is compared with the other's floor, which is no ratio of like with like."""
+    have = set(row.get("rounds_in", IMPLS))
+    if row["site"] not in ("full", "floor") and row.get("rounds") and have != set(IMPLS):
+        missing = next(i for i in IMPLS if i not in have)
+        if row["site"] in UNUSED.get(missing, ()):
+            return f"n/a ({missing} has no such site)"
+        return f"n/a ({missing} does not round here)"
+    if not row["only_baseline"]:
+        return "n/a (baseline error is 0)"
+    return f"{row['only_flash'] / row['only_baseline']:.3g}x"
 
 
 def dominant_sentence(result: dict) -> str:

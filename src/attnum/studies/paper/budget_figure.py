@@ -55,6 +55,6 @@ def budget_figure(result: dict, out_dir: Path, name: str, *, title: str = "") ->
         ax.set_yticks(ys, ticks)
         ax.set_ylim(len(sites) - 0.5, -0.5)
         ax.grid(True, axis="x", which="major", alpha=0.3)
-    axes[0][0].legend(fontsize=7, loc="lower left")
+    axes[0][0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)  # below the bars
     axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return save(fig, Path(out_dir), name)

@@ -61,27 +61,22 @@ def _title(result: dict) -> str:
 
 
 def print_budget(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from attnum.studies.paper.attribute import budget_rows, dominant_sentence, ratio_text
+    from attnum.tables import print_table, say
 
-    from attnum.studies.paper.attribute import budget_rows, dominant_sentence
-
-    metric = result["metric"]
-    table = Table(title=_title(result) + f"; exact = {result['carrier']} (the carrier)")
-    for col in ("site", "format", "only this rounds: flash", "baseline", "flash/baseline",
-                "only this exact: flash", "baseline"):
-        table.add_column(col, justify="left" if col in ("site", "format") else "right")
-    for row in budget_rows(result, metric):
-        ratio = row["only_flash"] / row["only_baseline"] if row["only_baseline"] else float("inf")
+    cols = ("site", "format", "only this rounds: flash", "baseline", "flash/baseline",
+            "only this exact: flash", "baseline")
+    rows = []
+    for row in budget_rows(result, result["metric"]):
         rest = ("", "") if row["site"] in ("full", "floor") else (f"{row['without_flash']:.3e}",
                                                                   f"{row['without_baseline']:.3e}")
         fmt = row["format"] + ("" if row["rounds"] else " (= carrier)")
-        table.add_row(row["site"], fmt, f"{row['only_flash']:.3e}", f"{row['only_baseline']:.3e}",
-                      f"{ratio:.3g}x", *rest)
-    console = Console(width=max(Console().width, 150))
-    console.print(table)
-    console.print(dominant_sentence(result))
+        rows.append([row["site"], fmt, f"{row['only_flash']:.3e}", f"{row['only_baseline']:.3e}",
+                     ratio_text(row), *rest])
+    print_table(cols, rows, title=_title(result) + f"; exact = {result['carrier']} (the carrier)",
+                justify=["left" if c in ("site", "format") else "right" for c in cols])
+    say(dominant_sentence(result))
     for site, why in result["not_attributed"].items():
-        console.print(f"not attributed: {site}: {why}")
+        say(f"not attributed: {site}: {why}")
     if result.get("plot"):
-        console.print(f"bar chart: {', '.join(result['plot'])}")
+        say(f"bar chart: {', '.join(result['plot'])}")

@@ -113,8 +113,7 @@ def register(app: typer.Typer) -> None:
 
 
 def print_result(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from attnum.tables import print_table, say
 
     pol, tiles = result["policy"], result["tiles"]
     base = result.get("baseline_policy", pol)
@@ -122,17 +121,10 @@ def print_result(result: dict) -> None:
              + f"  N={result['config']['seq_len']} d={result['config']['head_dim']}  "
              f"Br={tiles['Br']} Bc={tiles['Bc']} Tc={tiles['Tc']}  variant={result['config']['variant']}  "
              f"carrier={pol['carrier']}")
-    table = Table(title=title)
-    table.add_column("pair")
-    for col in COLUMNS:
-        table.add_column(col, justify="right")
-    for pair in PAIRS:
-        m = result["metrics"][pair]
-        table.add_row(pair, *(_cell(c, m[c]) for c in COLUMNS))
-    console = Console(width=max(Console().width, 150))
-    console.print(table)
+    rows = [[pair, *(_cell(c, result["metrics"][pair][c]) for c in COLUMNS)] for pair in PAIRS]
+    print_table(("pair", *COLUMNS), rows, title=title, justify=("left", *("right" for _ in COLUMNS)))
     r = result["ratio"]
-    console.print(f"flash/baseline error vs golden: max_abs {r['max_abs']:.3g}x, mean_abs {r['mean_abs']:.3g}x, "
+    say(f"flash/baseline error vs golden: max_abs {r['max_abs']:.3g}x, mean_abs {r['mean_abs']:.3g}x, "
                   f"rmse {r['rmse']:.3g}x")
 
 
@@ -143,18 +135,13 @@ def _cell(column: str, value: float) -> str:
 
 
 def print_grad_result(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     from attnum.studies.paper.grad_compare import grad_rows
+    from attnum.tables import print_table, say
 
     pol, tiles = result["policy"], result["tiles"]
-    table = Table(title=f"gradients under {pol['name']}  N={result['config']['seq_len']}  Bc={tiles['Bc']}")
-    for col in ("pair", "grad", "max_abs", "mean_abs", "rmse", "max_ulp"):
-        table.add_column(col, justify="right" if col not in ("pair", "grad") else "left")
-    for pair, gr, *vals in grad_rows(result):
-        table.add_row(pair, gr, *(f"{x:.3e}" for x in vals))
-    console = Console(width=max(Console().width, 150))
-    console.print(table)
+    cols = ("pair", "grad", "max_abs", "mean_abs", "rmse", "max_ulp")
+    print_table(cols, [[pair, gr, *(f"{x:.3e}" for x in vals)] for pair, gr, *vals in grad_rows(result)],
+                title=f"gradients under {pol['name']}  N={result['config']['seq_len']}  Bc={tiles['Bc']}",
+                justify=["left" if c in ("pair", "grad") else "right" for c in cols])
     for gr, r in result["ratio"].items():
-        console.print(f"{gr}: flash/baseline error vs golden max_abs {r['max_abs']:.3g}x, rmse {r['rmse']:.3g}x")
+        say(f"{gr}: flash/baseline error vs golden max_abs {r['max_abs']:.3g}x, rmse {r['rmse']:.3g}x")

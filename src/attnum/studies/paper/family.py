@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from attnum.studies.paper.compare import FIELDS
-from attnum.studies.paper.findings import compute_findings
+from attnum.studies.paper.findings import compute_findings, compute_maps
+from attnum.studies.paper.headline import paper_headline
 from attnum.studies.paper.point import COMPARISONS, Point
 from attnum.studies.paper.profiles import PROFILES, paper_spec
 from attnum.studies.paper.report import report
@@ -29,6 +30,7 @@ FAMILY = Family(
                   in_specs=False),
     ),
     findings=compute_findings,
+    headline=lambda rows: paper_headline(compute_maps(rows)),
     report=report,
     profiles=dict.fromkeys(PROFILES, paper_spec),
     record=COMPARISONS,

@@ -54,14 +54,18 @@ FIGURE_CAPTIONS = {
 }
 
 
-def draw_all(rows: list[Row], out_dir: Path) -> dict[str, list[Path]]:
-    """Draw every figure the rows support; returns {figure name: [png, svg]} (captions: :func:`captions`)."""
+def draw_all(rows: list[Row], out_dir: Path, progress=None) -> dict[str, list[Path]]:
+    """Draw every figure the rows support; returns {figure name: [png, svg]} (captions: :func:`captions`).
+    ``progress(name)`` is called before each figure (or group of figures) is drawn."""
     done = [r for r in rows if r.get("status") == "done"]
+    step = progress or (lambda name: None)
     out = {}
     for name, draw in _FIGURES.items():
+        step(name)
         paths = draw(done, out_dir)
         if paths:
             out[name] = paths
+    step("error budgets")
     for name, (paths, _caption) in _budgets(done, out_dir).items():
         out[name] = paths
     return out
@@ -206,8 +210,10 @@ def _effect(rows: list[Row], out_dir: Path, group: str, flag: str, title: str) -
         for fmt in fmts:
             for variant in sorted(values(sub, "variant")):
                 pick = select(sub, policy=policy, format=fmt, variant=variant)
-                spread_line(ax, _paired_ratio_series(pick, flag), label=f"{fmt} {variant}",
-                            color=format_color(fmt, fmts), **_vstyle(variant))
+                k = fmts.index(fmt) * 2 + (variant == "fa2")  # each series nudged along x: equal lines stay visible
+                dodge = 2 ** (0.06 * (k - len(fmts)))
+                spread_line(ax, [(x * dodge, s) for x, s in _paired_ratio_series(pick, flag)],
+                            label=f"{fmt} {variant}", color=format_color(fmt, fmts), **_vstyle(variant))
         ax.axhline(1.0, color="black", lw=0.8)
         ax.axhspan(1 / 1.1, 1.1, color="gray", alpha=0.12, lw=0)
         ax.set_xscale("log", base=2)
@@ -262,10 +268,13 @@ def grid(rows: list[Row], out_dir: Path) -> list[Path]:
         return []
     bcs = sorted({tiles_of(r)["Bc"] for r in sub})
     pols, dists = _policies(sub), sorted(values(sub, "dist"))
-    fig, axes = panels(len(bcs), title="Grid: flash/baseline error vs golden (bf16) against N, per Bc", width=4.0,
-                       height=3.6)
+    cols = 2 if len(bcs) > 2 else len(bcs)  # two panels a row: the figure of the 10x finding is read large
+    fig, axes = panels(cols, rows=-(-len(bcs) // cols), width=5.5, height=4.4,
+                       title="Grid: flash/baseline error vs golden (bf16) against N, per Bc")
     styles = ["-", "--", ":", "-."]
-    for ax, bc in zip(axes[0], bcs):
+    for ax in axes.flat[len(bcs):]:
+        ax.set_visible(False)
+    for ax, bc in zip(axes.flat, bcs):
         for policy in pols:
             for variant in sorted(values(sub, "variant")):
                 for k, dist in enumerate(dists):
@@ -281,7 +290,7 @@ def grid(rows: list[Row], out_dir: Path) -> list[Path]:
         finish(ax, xlabel="N", ylabel="flash / baseline max error", title=f"Bc = {bc}", legend=False)
     handles_ax = axes[0][-1]
     handles_ax.legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      fontsize=6, handlelength=3.5)
+                      fontsize=9, handlelength=3.5)
     return save(fig, out_dir, "grid")
 
 

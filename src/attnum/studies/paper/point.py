@@ -55,6 +55,9 @@ class Point(CompareConfig):
             if value is not None and value.split(",")[0] not in POLICY_NAMES:
                 raise bad_value(name, value, f"NAME[,site=FORMAT...] with NAME in {POLICY_NAMES} "
                                 "(in a sweep the format axis gives the format)")
+            if value is not None and "," in value:  # overrides in any order name one policy: one key, one hash
+                head, *over = (part.strip() for part in value.split(","))
+                object.__setattr__(self, name, ",".join([head, *sorted(over)]))
         if self.kind == "kernels":
             if self.format not in TORCH_DTYPE_NAMES:
                 raise bad_value("format", self.format, f"a format torch has a dtype for ({sorted(TORCH_DTYPE_NAMES)}) "
@@ -63,6 +66,16 @@ class Point(CompareConfig):
                 if getattr(self, name) != _DEFAULTS[name]:
                     raise bad_value(name, getattr(self, name), f"unset ({_DEFAULTS[name]!r}) in a kernels point: "
                                     "real kernels have their own policy and tiles")
+
+    def cost_features(self) -> tuple[float, ...]:
+        """What this point's work scales with, for the sweep's ETA (:mod:`attnum.eta`): a kernels
+        point runs real kernels (~3 per score element), an attribute point ~16 emulated runs (each
+        site alone and each site exact, for flash and baseline), a compare point 2."""
+        from attnum.eta import attention_features
+
+        if self.kind == "kernels":
+            return attention_features(self, runs=0, kernel_runs=3.0)
+        return attention_features(self, runs=16 if self.kind == "attribute" else 2)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Point:

@@ -1,6 +1,6 @@
 """The paper's microbenchmark (Golden et al., arXiv 2405.02803, Figs. 3-6) as built-in sweep specs.
 
-The paper states no N, d, SRAM size or seeds (research notes §1.3), so these are our choices,
+The paper states no N, d, SRAM size or seeds, so these are our choices,
 written here once: d = 64, N(0, 1) inputs, tiles Br = Bc = 64 where the figure fixes them, and the
 SRAM sweep M = 4d * Bc (elements) for Bc = 16 .. 512 (quick), so that Br = min(Bc, d) caps at d and
 swapping the block dimensions changes Bc. Every figure runs under the ``uniform`` policy (the

@@ -17,6 +17,7 @@ from attnum.report.blocks import table as _table
 from attnum.report.blocks import verdict as _verdict
 from attnum.studies.paper.figures import PAPER_GROUPS, captions, draw_all
 from attnum.studies.paper.findings import ClaimMap, compute_maps
+from attnum.studies.paper.headline import paper_headline
 from attnum.studies.registry import ReportContext, ReportPart
 
 KINDS = ("compare", "attribute", "kernels")
@@ -30,13 +31,17 @@ _CLAIM_FIGURES = {"mantissa": ("fig3",), "ten_x": ("fig4", "grid", "budget-"), "
 
 def report(ctx: ReportContext) -> ReportPart:
     """Figures, findings sections and tables of the paper's rows ('' sections when the store has none)."""
-    figures = draw_all(ctx.rows, ctx.figures_dir)
+    figures = draw_all(ctx.rows, ctx.figures_dir, progress=ctx.progress)
     caps = captions(ctx.rows)
     if not any(r.get("kind") in KINDS for r in ctx.rows):
         return ReportPart(figures=figures, captions=caps, groups=PAPER_GROUPS)
     maps = compute_maps(ctx.rows)
     findings = [f for f in ctx.findings if f.claim_id in {m.claim_id for m in maps}]
     placed = frozenset(name for m in maps for name in _claim_figures(m.claim_id, figures))
+    headline = paper_headline(maps)
+    lead_fig = "grid" if headline and "grid" in figures else None
+    lead = (f"<section id='headline'><p class='lead'>{_e(' '.join(headline))}</p>"
+            + (_figure(lead_fig, figures[lead_fig][0], caps) if lead_fig else "") + "</section>",) if headline else ()
     sections = (
         "<h2>Findings</h2>",
         "<p>Each of the paper's claims checked against these results, per policy (where each rounding site "
@@ -44,11 +49,12 @@ def report(ctx: ReportContext) -> ReportPart:
         "computed from the data (rules in <code>attnum.studies.paper.findings</code>); <i>mixed</i> means the "
         "claim holds in some cells of the grid and not in others (see its map).</p>",
         _glance(findings),
-        *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps) for m in maps),
+        *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps, shown=lead_fig)
+          for m in maps),
     )
     appendix = ("<h2>Real kernels</h2>", _kernel_table(ctx.rows), "<h2>Results by group</h2>",
                 *(_group_table(ctx.rows, g) for g in _groups(ctx.rows)))
-    return ReportPart(figures=figures, captions=caps, sections=sections, appendix=appendix, placed=placed,
+    return ReportPart(figures=figures, captions=caps, lead=lead, sections=sections, appendix=appendix, placed=placed,
                       groups=PAPER_GROUPS)
 
 
@@ -70,7 +76,7 @@ def _glance(findings) -> str:
     return _table(head, body, raw_cols=tuple(range(len(head))))
 
 
-def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict) -> str:
+def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict, shown: str | None = None) -> str:
     parts = [f"<section class='claim' id='claim-{_e(m.claim_id)}'><h3>{_e(m.figure)}: {_e(m.claim)} "
              f"&mdash; {_verdict(m.verdict)}</h3>", f"<p>{_e(m.summary())}</p>"]
     if m.note:
@@ -79,7 +85,9 @@ def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict) -> str:
     body = [[_e(f.policy), _e(f.variant), _verdict(f.verdict), _e(f.measured)] for f in findings]
     parts.append("<details><summary>per policy and variant</summary>"
                  + _table(["policy", "variant", "verdict", "measured"], body, raw_cols=(0, 1, 2, 3)) + "</details>")
-    parts += [_figure(name, figures[name][0], caps) for name in _claim_figures(m.claim_id, figures)]
+    for name in _claim_figures(m.claim_id, figures):
+        parts.append(f"<p>The {_e(name)} figure is at <a href='#headline'>the top of this page</a>.</p>"
+                     if name == shown else _figure(name, figures[name][0], caps))
     return "".join(parts) + "</section>"
 
 

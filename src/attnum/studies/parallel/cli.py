@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Ring attention's deviation from golden against shards, layout and merge policy."""
-        from attnum.cli.tables import text_table as _table
+        from attnum.cli.tables import show_table
         from attnum.kernels.context_parallel import available_cp_kernels
         from attnum.studies.parallel.ring_study import RingConfig, run_ring
         from attnum.studies.parallel.spawn import RankFailed
@@ -69,12 +69,12 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps({"ring": result, "allreduce": study}, indent=2, default=str))
         else:
-            print(_table(result["rows"], ("shards", "layout", "merge_policy", "backend", "max_abs", "mean_abs",
+            show_table(result["rows"], ("shards", "layout", "merge_policy", "backend", "max_abs", "mean_abs",
                                           "single_mean_abs", "ratio_to_single", "nan", "bit_equal_sim",
-                                          "sim_seconds", "seconds")))
+                                          "sim_seconds", "seconds"))
             if study is not None:
-                print(_table(study["rows"], ("study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",
-                                             "rel_rmse", "changed")))
+                show_table(study["rows"], ("study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",
+                                             "rel_rmse", "changed"))
             for name, (ok, why) in available_cp_kernels().items():
                 print(f"{name}: {'available' if ok else 'unavailable: ' + why}")
         if any(r["nan"] for r in result["rows"]) or not all(r.get("bit_equal_sim", True) for r in result["rows"]):

@@ -19,38 +19,22 @@ from typing import Any
 
 from attnum.attention.merge import METHODS
 from attnum.attention.ring import LAYOUTS
-from attnum.errors import AttnumInputError, bad_value
+from attnum.errors import bad_value
 from attnum.formats import get_format
-from attnum.studies.axes import COMMON as COMPARE_FIELDS
-from attnum.studies.axes import POLICY_NAMES
+from attnum.studies.axes import POLICY_NAMES, accepts, positive_int
 from attnum.studies.point import StudyPoint, from_config
 
 KINDS = ("ring",)
 
 
-def _pos(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _parses(parse):
-    def check(v: Any) -> bool:
-        try:
-            parse(v)
-        except (AttnumInputError, TypeError, ValueError):
-            return False
-        return True
-
-    return check
-
-
 def _policy_ok(v: Any) -> bool:
     from attnum.policy import parse_policy
 
-    return _parses(lambda x: parse_policy(x))(v)
+    return accepts(lambda x: parse_policy(x))(v)
 
 
 RING_FIELDS: dict[str, tuple[str, Any]] = {
-    "shards": ("a positive integer (P, ring ranks; N must split into P (contiguous) or 2P (zigzag) blocks)", _pos),
+    "shards": ("a positive integer (P, ring ranks; N must split into P (contiguous) or 2P (zigzag) blocks)", positive_int),
     "layout": (f"one of {LAYOUTS}", lambda v: v in LAYOUTS),
     "merge_policy": ("a format or policy for the cross-shard merge (e.g. fp32, bf16)", _policy_ok),
     "merge_method": (f"one of {METHODS}", lambda v: v in METHODS),
@@ -59,22 +43,8 @@ RING_FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 
-class _PointMixin(StudyPoint):
-    """A ring point: fields checked against the table above."""
-
-    def _check(self, table: dict[str, tuple[str, Any]]) -> None:
-        for f in dataclasses.fields(self):
-            if f.name in ("kind",):
-                continue
-            allowed, ok = table[f.name] if f.name in table else COMPARE_FIELDS[f.name]
-            if not ok(getattr(self, f.name)):
-                raise bad_value(f.name, getattr(self, f.name), allowed)
-        if self.device != "cpu":
-            raise bad_value("device", self.device, "'cpu' (the studies' emulation runs on CPU)")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RingPoint(_PointMixin):
+class RingPoint(StudyPoint):
     """One (shards, layout, merge policy) of ``attnum ring``, the other flags as axes."""
 
     kind: str = "ring"
@@ -98,7 +68,7 @@ class RingPoint(_PointMixin):
     def __post_init__(self) -> None:
         if self.kind != "ring":
             raise bad_value("kind", self.kind, "'ring'")
-        self._check(RING_FIELDS)
+        self.check_fields(RING_FIELDS)
         if self.policy.split(",")[0] not in POLICY_NAMES:
             raise bad_value("policy", self.policy, f"NAME[,site=FORMAT...] with NAME in {POLICY_NAMES} "
                             "(in a sweep the format axis gives the format)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnum.jsonout import dumps
+from attnum.outfile import write_atomic
 from attnum.report.page import embedded_png as _svg_free_png
 from attnum.report.page import html_table as _table
 from attnum.report.page import standalone_page as _page
@@ -59,17 +60,17 @@ def allreduce_figure(rows: list[dict], out: Path) -> Path:
 def write_ring_report(result: dict, out: str | Path, allreduce: dict | None = None) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ring.json").write_text(dumps(result, indent=2, default=str))
+    write_atomic((out / "ring.json"), dumps(result, indent=2, default=str))
     rows = result["rows"]
     sections = ["<h2>Deviation against shards, layout and merge policy</h2>", _svg_free_png(ring_figure(rows, out)),
                 _table(rows, ["shards", "layout", "merge_policy", "backend", "max_abs", "mean_abs", "single_max_abs",
                               "ratio_to_single", "nan", "bit_equal_sim", "seconds"])]
     if allreduce is not None:
-        (out / "allreduce.json").write_text(dumps(allreduce, indent=2, default=str))
+        write_atomic((out / "allreduce.json"), dumps(allreduce, indent=2, default=str))
         sections += ["<h2>Row-parallel output projection: reduction order</h2>",
                      _svg_free_png(allreduce_figure(allreduce["rows"], out)),
                      _table(allreduce["rows"], ["study", "tp", "dp", "algorithm", "reduce_format", "rel_max_abs",
                                                 "rel_rmse", "changed"])]
     path = out / "report.html"
-    path.write_text(_page("attnum ring: context-parallel attention", sections))
+    write_atomic(path, _page("attnum ring: context-parallel attention", sections))
     return path

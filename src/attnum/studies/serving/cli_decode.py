@@ -46,6 +46,8 @@ def register(app: typer.Typer) -> None:
         kv_scale: str = typer.Option("1.0", help="KV-cache scale: a number (vLLM's default 1.0) or calibrated."),
         mla_rank: str = typer.Option(None, "--mla-rank", help="MLA latent rank r (DeepSeek: 512); default none."),
         absorbed: bool = typer.Option(False, "--absorbed", help="MLA: the absorbed path (W_UK folded into q)."),
+        split_rule: str = typer.Option(None, "--split-rule", help="A kernel's split rule instead of --splits: fa2, "
+                                       "flashinfer:2048, sglang-fixed:256, sglang, vllm, vllm-invariant, count:N."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Decode attention with a KV cache (split-KV, paged, GQA, quantized KV, MLA) against the float64 golden."""
@@ -56,7 +58,7 @@ def register(app: typer.Typer) -> None:
             kv_heads=_opt_int(kv_heads, "kv_heads"), lse_base=lse_base, cache_len=cache_len, queries=queries,
             batch=batch, heads=heads, head_dim=head_dim, causal_alignment=causal_alignment, seed=seed,
             kv_cache_dtype=kv_cache_dtype, kv_scale=kv_scale, mla_rank=_opt_int(mla_rank, "mla_rank"),
-            absorbed=absorbed,
+            absorbed=absorbed, split_rule=split_rule,
         )
         with Activity("decode"):
             result = run_decode(cfg)
@@ -67,8 +69,7 @@ def register(app: typer.Typer) -> None:
 
 
 def print_result(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from attnum.tables import print_table, say
 
     c, t = result["config"], result["tiles"]
     shape = (f"B={c['batch']} H={c['heads']} G={c['kv_heads'] or c['heads']} N={c['queries']} S={c['cache_len']} "
@@ -76,19 +77,15 @@ def print_result(result: dict) -> None:
     kernel = f"splits={t['splits']} Bc={t['Bc']}" + (f" paged P={c['page_size']}" if t["paged"] else "")
     if c["mla_rank"]:
         kernel = f"MLA r={c['mla_rank']} {'absorbed' if c['absorbed'] else 'explicit'}"
-    table = Table(title=f"{result['policy']['name']}  {shape}  {kernel}  kv={c['kv_cache_dtype']}  lse base {c['lse_base']}")
-    table.add_column("pair")
-    for col in COLUMNS:
-        table.add_column(col, justify="right")
-    for pair, m in result["metrics"].items():
-        table.add_row(pair, *(f"{m[k]:.9f}" if k == "cosine" else f"{m[k]:.3e}" for k in COLUMNS))
-    console = Console(width=max(Console().width, 130))
-    console.print(table)
+    rows = [[pair, *(f"{m[k]:.9f}" if k == "cosine" else f"{m[k]:.3e}" for k in COLUMNS)]
+            for pair, m in result["metrics"].items()]
+    print_table(("pair", *COLUMNS), rows, justify=("left", *("right" for _ in COLUMNS)),
+                title=f"{result['policy']['name']}  {shape}  {kernel}  kv={c['kv_cache_dtype']}  lse base {c['lse_base']}")
     kv = result["kv"]
     if kv["quantized"]:
-        console.print(f"KV cache {kv['dtype']} (scale {c['kv_scale']}): {kv['overflow']} value(s) overflowed the format")
+        say(f"KV cache {kv['dtype']} (scale {c['kv_scale']}): {kv['overflow']} value(s) overflowed the format")
     cost = result["cost"]
     if cost:
         times = ", ".join(f"{d} {s * 1e6:.1f} us" for d, s in cost["bound_time_s"].items() if s is not None)
-        console.print(f"cost: {cost['flops']:.3g} FLOPs, {cost['bytes']:.3g} bytes, intensity "
-                      f"{cost['intensity']:.2f} FLOP/B; roofline bound {times}")
+        say(f"cost: {cost['flops']:.3g} FLOPs, {cost['bytes']:.3g} bytes, intensity "
+            f"{cost['intensity']:.2f} FLOP/B; roofline bound {times}")

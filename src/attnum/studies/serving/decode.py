@@ -38,6 +38,7 @@ from attnum.metrics import deviation
 from attnum.policy import parse_policy
 from attnum.rounding import round_to
 from attnum.studies.axes import COMMON as COMPARE_FIELDS
+from attnum.studies.axes import accepts, opt_positive_int, positive_int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +68,7 @@ class DecodeConfig:
     kv_scale: float | str = 1.0
     mla_rank: int | None = None
     absorbed: bool = False
+    split_rule: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(DecodeConfig):
@@ -79,6 +81,8 @@ class DecodeConfig:
         parse_policy(self.policy, self.format)
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise bad_value("kv_heads", self.kv_heads, f"a divisor of heads={self.heads}")
+        if self.split_rule is not None and self.splits != 1:
+            raise bad_value("splits", self.splits, "1 when split_rule is set (the rule decides the splits)")
         if self.mla_rank is None:
             if self.absorbed:
                 raise bad_value("absorbed", True, "False unless mla_rank is set (absorption is an MLA path)")
@@ -86,32 +90,13 @@ class DecodeConfig:
         from attnum.attention.mla import check_rank
 
         check_rank(self.mla_rank, self.heads, self.head_dim)
-        for name, unset in (("splits", 1), ("page_size", None), ("kv_heads", None)):
+        for name, unset in (("splits", 1), ("page_size", None), ("kv_heads", None), ("split_rule", None)):
             if getattr(self, name) != unset:
                 raise bad_value(name, getattr(self, name), f"{unset} with mla_rank (MLA decode is one MQA over the "
                                 "latent, unsplit, contiguous)")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeConfig)}
-
-
-def _pos(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _opt_pos(v: Any) -> bool:
-    return v is None or _pos(v)
-
-
-def _ok(parse) -> Any:
-    def check(v: Any) -> bool:
-        try:
-            parse(v)
-        except (AttnumInputError, TypeError, ValueError):
-            return False
-        return True
-
-    return check
 
 
 def _kv_dtype(v: Any) -> bool:
@@ -123,18 +108,18 @@ def _kv_dtype(v: Any) -> bool:
 def _scale(v: Any) -> bool:
     from attnum.attention.quant import parse_scale
 
-    return not isinstance(v, bool) and _ok(parse_scale)(v)
+    return not isinstance(v, bool) and accepts(parse_scale)(v)
 
 
 DECODE_FIELDS: dict[str, tuple[str, Any]] = {
     "policy": COMPARE_FIELDS["policy"],
     "format": COMPARE_FIELDS["format"],
-    "splits": ("a positive integer (num_splits: split-KV chunks merged, flash-decoding)", _pos),
-    "page_size": ("a positive integer (tokens per page; the kernel tiles by page) or none (contiguous)", _opt_pos),
-    "kv_heads": ("a positive integer dividing heads (G; default heads)", _opt_pos),
-    "lse_base": ("'e' (natural: flash-attn, vLLM) or 2 (FlashInfer)", _ok(parse_lse_base)),
-    "cache_len": ("a positive integer (S, keys in each sequence's cache)", _pos),
-    "queries": ("a positive integer (N, new queries per sequence; 1 = plain decode)", _pos),
+    "splits": ("a positive integer (num_splits: split-KV chunks merged, flash-decoding)", positive_int),
+    "page_size": ("a positive integer (tokens per page; the kernel tiles by page) or none (contiguous)", opt_positive_int),
+    "kv_heads": ("a positive integer dividing heads (G; default heads)", opt_positive_int),
+    "lse_base": ("'e' (natural: flash-attn, vLLM) or 2 (FlashInfer)", accepts(parse_lse_base)),
+    "cache_len": ("a positive integer (S, keys in each sequence's cache)", positive_int),
+    "queries": ("a positive integer (N, new queries per sequence; 1 = plain decode)", positive_int),
     "batch": COMPARE_FIELDS["batch"],
     "heads": COMPARE_FIELDS["heads"],
     "head_dim": COMPARE_FIELDS["head_dim"],
@@ -142,9 +127,17 @@ DECODE_FIELDS: dict[str, tuple[str, Any]] = {
     "seed": COMPARE_FIELDS["seed"],
     "kv_cache_dtype": ("one of auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8 (vLLM's names)", _kv_dtype),
     "kv_scale": ("a positive finite number (vLLM's default 1.0) or 'calibrated'", _scale),
-    "mla_rank": ("a positive integer (MLA latent rank r) or none", _opt_pos),
+    "mla_rank": ("a positive integer (MLA latent rank r) or none", opt_positive_int),
     "absorbed": ("true or false", lambda v: isinstance(v, bool)),
+    "split_rule": ("none or a split rule (attnum.attention.split_rules: fa2, flashinfer:2048, sglang-fixed:256, "
+                   "sglang, vllm, vllm-invariant, count:N)", lambda v: v is None or accepts(_split_rule)(v)),
 }
+
+
+def _split_rule(v: Any):
+    from attnum.attention.split_rules import parse_split_rule
+
+    return parse_split_rule(v)
 
 
 def check_decode_field(name: str, value: Any) -> None:
@@ -189,7 +182,7 @@ def _run_attention(cfg: DecodeConfig, policy) -> dict[str, Any]:
 
         cache = quantize_kv_cache(k, v, quant)
         (kq, vq), overflow = cache.dequantize(policy.inputs), cache.overflow
-    kw = dict(policy=policy, lse_base=cfg.lse_base, **common)
+    kw = dict(policy=policy, lse_base=cfg.lse_base, split_rule=cfg.split_rule, **common)
     if cfg.page_size is None:
         o = decode_attention(q, kq, vq, num_splits=cfg.splits, **kw)
         tiles = {"Bc": 128, "splits": cfg.splits, "paged": False}
@@ -198,7 +191,14 @@ def _run_attention(cfg: DecodeConfig, policy) -> dict[str, Any]:
         vp, _ = to_pages(vq, cfg.page_size, cache_seqlens=lens, seed=cfg.seed)
         o = paged_decode_attention(q, kp, vp, block_table=table, num_splits=cfg.splits, **kw)
         tiles = {"Bc": cfg.page_size, "splits": cfg.splits, "paged": True}
-    unsplit = decode_attention(q, kq, vq, num_splits=1, **kw)
+    if cfg.split_rule is not None:
+        from attnum.attention.split_rules import plan_splits
+
+        plan = plan_splits(cfg.split_rule, lens=lens.tolist(), heads=cfg.heads, kv_heads=cfg.kv_heads or cfg.heads,
+                           head_dim=cfg.head_dim, queries=cfg.queries)
+        tiles.update(splits=len(plan.bounds[0]), split_rule=cfg.split_rule, plan=plan.note,
+                     Bc=cfg.page_size or plan.block_k)
+    unsplit = decode_attention(q, kq, vq, num_splits=1, **{**kw, "split_rule": None})
     base = torch.cat([baseline_attention(q[b:b + 1], kq[b:b + 1], vq[b:b + 1], is_causal=True,
                                          causal_alignment=cfg.causal_alignment, policy=policy)
                       for b in range(cfg.batch)])

@@ -30,7 +30,7 @@ CAPTIONS = {
     "decode-mla": "MLA (DeepSeek) on a latent cache: explicit (K, V up-projected) and absorbed (W_UK in q, "
                   "MQA over the latent) RMSE vs golden per cache format, and absorbed vs explicit.",
     "fp8-table": "FlashAttention-3 Table 3 (arXiv 2407.08608): attnum's RMSE of each FP8/FP16 setting on outlier "
-                 "inputs beside the paper's (recalled) figures.",
+                 "inputs beside the paper's own figures.",
 }
 
 

@@ -46,6 +46,13 @@ class DecodePoint(_PointMixin, DecodeConfig):
         super().__post_init__()
         self._check_device()
 
+    def config(self) -> dict[str, Any]:
+        """The stored config; ``split_rule`` (added later) only when set, so older stores keep their keys."""
+        d = super().config()
+        if d.get("split_rule") is None:
+            d.pop("split_rule", None)
+        return d
+
     def decode_config(self) -> DecodeConfig:
         return DecodeConfig(**self.to_dict())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from attnum.cli.tables import text_table as _table
+from attnum.cli.tables import show_table
 from attnum.jsonout import dumps
 from attnum.report.progress import Activity
 
@@ -38,8 +38,10 @@ def register(app: typer.Typer) -> None:
 
         if mechanisms:
             rows = mech_table()
-            print(dumps(rows, indent=2) if as_json else _table(rows, ("mechanism", "setting", "measure",
-                                                                           "value", "extra", "without")))
+            if as_json:
+                print(dumps(rows, indent=2))
+            else:
+                show_table(rows, ("mechanism", "setting", "measure", "value", "extra", "without"))
             return
         cfg = SpecConfig(vocab=vocab, k=k, format=format, draft_format=draft_format, noise=noise, q_zero=q_zero,
                          zero_residual=zero_residual, uniform_bits=uniform_bits, logit_std=logit_std,
@@ -59,7 +61,7 @@ def register(app: typer.Typer) -> None:
             return
         cols = ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens") \
             if monte_carlo is None else ("format", "k", "vocab", "mc_tv_first", "mc_floor", "fail", "expected_tokens")
-        print(_table(result["rows"], cols))
+        show_table(result["rows"], cols)
 
     @app.command("spec-audit")
     def spec_audit(
@@ -71,20 +73,29 @@ def register(app: typer.Typer) -> None:
         power: float = typer.Option(0.99, help="Power at detect_tv."),
         batch: int = typer.Option(1 << 16, help="Steps per sampler call."),
         seed: int = typer.Option(0, help="Seed of the drafts and the generator passed to the sampler."),
+        timeout: float = typer.Option(300.0, "--timeout", help="Seconds the sampler may stay silent in one call "
+                                                               "before its case fails as 'timed out'."),
+        no_isolate: bool = typer.Option(False, "--no-isolate", help="Run the sampler in this process (debugging: "
+                                                                    "a crash or exit then ends the audit)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """Run a speculative sampler on crafted (p, q) pairs; chi-square against the exact law. Exit 1 on failure."""
+        """Run a speculative sampler on crafted (p, q) pairs; chi-square against the exact law. Exit 1 on failure.
+
+        The sampler runs in a child process: a crash, an exit (0 included) or a hang fails its case."""
+        from attnum.errors import bad_value
         from attnum.spec_audit import SpecAuditConfig, run_spec_audit
 
         cfg = SpecAuditConfig(target=target, cases=cases, samples=samples, detect_tv=detect_tv, alpha=alpha,
                               power=power, batch=batch, seed=seed)
+        if not timeout > 0:
+            raise bad_value("--timeout", timeout, "a positive number of seconds")
         with Activity("spec-audit"):
-            result = run_spec_audit(cfg)
+            result = run_spec_audit(cfg, isolate=not no_isolate, timeout=timeout)
         if as_json:
             print(dumps(result, indent=2))
         else:
-            print(_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
-                                           "detectable_tv", "impossible", "prefix_violations", "verdict", "error")))
+            show_table(result["cases"], ("case", "k", "V", "samples", "df", "statistic", "p_value", "alpha",
+                                           "detectable_tv", "impossible", "prefix_violations", "verdict", "error"))
             print(f"{result['target']}: {result['verdict']} (alpha {cfg.alpha} over {len(result['cases'])} cases, "
                   f"power {cfg.power}; {result['seconds']:.1f} s)")
         if result["verdict"] != "pass":

@@ -14,63 +14,34 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from attnum.errors import AttnumInputError, bad_value
+from attnum.errors import bad_value
 from attnum.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
-from attnum.studies.axes import COMMON as COMPARE_FIELDS
+from attnum.studies.axes import accepts, positive_int
 from attnum.studies.point import StudyPoint, from_config
 
 KINDS = ("spec",)
-
-
-def _pos(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
-def _parses(parse):
-    def check(v: Any) -> bool:
-        try:
-            parse(v)
-        except (AttnumInputError, TypeError, ValueError):
-            return False
-        return True
-
-    return check
-
-
 SPEC_FIELDS: dict[str, tuple[str, Any]] = {
-    "vocab": ("an integer >= 2 (V)", lambda v: _pos(v) and v >= 2),
-    "k": ("a positive integer (draft tokens per step)", _pos),
-    "draft_format": ("unset (the verified q^) or a format name", lambda v: v is None or _parses(get_format)(v)),
+    "vocab": ("an integer >= 2 (V)", lambda v: positive_int(v) and v >= 2),
+    "k": ("a positive integer (draft tokens per step)", positive_int),
+    "draft_format": ("unset (the verified q^) or a format name", lambda v: v is None or accepts(get_format)(v)),
     "noise": (f"one of {tuple(NOISE)}", lambda v: v in NOISE),
     "q_zero": (f"one of {Q_ZERO}", lambda v: v in Q_ZERO),
     "zero_residual": (f"one of {ZERO_RESIDUAL}", lambda v: v in ZERO_RESIDUAL),
-    "uniform_bits": ("unset (u continuous) or an integer in 1..64", lambda v: v is None or (_pos(v) and v <= 64)),
+    "uniform_bits": ("unset (u continuous) or an integer in 1..64", lambda v: v is None or (positive_int(v) and v <= 64)),
     "logit_std": ("a positive finite number", lambda v: _num(v) and v > 0),
     "draft_noise": ("a non-negative finite number", lambda v: _num(v) and v >= 0),
 }
 
 
-class _PointMixin(StudyPoint):
-    """A speculative-decoding point: fields checked against the table above."""
-
-    def _check(self, table: dict[str, tuple[str, Any]]) -> None:
-        for f in dataclasses.fields(self):
-            if f.name in ("kind",):
-                continue
-            allowed, ok = table[f.name] if f.name in table else COMPARE_FIELDS[f.name]
-            if not ok(getattr(self, f.name)):
-                raise bad_value(f.name, getattr(self, f.name), allowed)
-        if self.device != "cpu":
-            raise bad_value("device", self.device, "'cpu' (the studies' emulation runs on CPU)")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SpecPoint(_PointMixin):
+class SpecPoint(StudyPoint):
     """One (format, k) of ``attnum spec`` (exact TV), the other flags as axes."""
 
     kind: str = "spec"
@@ -90,7 +61,7 @@ class SpecPoint(_PointMixin):
     def __post_init__(self) -> None:
         if self.kind != "spec":
             raise bad_value("kind", self.kind, "'spec'")
-        self._check(SPEC_FIELDS)
+        self.check_fields(SPEC_FIELDS)
         object.__setattr__(self, "format", get_format(self.format).name)
         for name in ("logit_std", "draft_noise"):  # 2 and 2.0 are one point
             object.__setattr__(self, name, float(getattr(self, name)))

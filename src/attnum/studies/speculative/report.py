@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from attnum.jsonout import dumps
+from attnum.outfile import write_atomic
 from attnum.report.page import embedded_png as _svg_free_png
 from attnum.report.page import html_table as _table
 from attnum.report.page import standalone_page as _page
@@ -38,7 +39,7 @@ def spec_figure(rows: list[dict], out: Path) -> Path:
 def write_spec_report(result: dict, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "spec.json").write_text(dumps(result, indent=2, default=str))
+    write_atomic((out / "spec.json"), dumps(result, indent=2, default=str))
     rows = result["rows"]
     sections = [f"<h2>TV against format and k</h2><p>config: <code>{html.escape(json.dumps(result['config'], default=str))}"
                 "</code></p>"]
@@ -48,5 +49,5 @@ def write_spec_report(result: dict, out: str | Path) -> Path:
                         "mc_tv_first", "mc_floor") if any(c in r for r in rows)]
     sections.append(_table(rows, cols))
     path = out / "report.html"
-    path.write_text(_page("attnum spec: speculative decoding under finite precision", sections))
+    write_atomic(path, _page("attnum spec: speculative decoding under finite precision", sections))
     return path

@@ -51,10 +51,11 @@ from attnum.attention.ties import TieCount, score_ties_by
 from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
+from attnum.outfile import write_atomic
 from attnum.studies.training.bias_sites import SiteBiasConfig, run_site_bias
-from attnum.studies.training.data import step_generator
-from attnum.studies.training.models import ModelConfig, set_attention
-from attnum.studies.training.workloads import Workload, WorkloadConfig
+from attnum.workloads.data import step_generator
+from attnum.workloads.models import ModelConfig, set_attention
+from attnum.workloads.workloads import Workload, WorkloadConfig
 
 RUNS = {
     "fp32": "flash:fp32",
@@ -317,6 +318,6 @@ def run_bias(cfg: BiasConfig, *, log=print, progress: bool = True) -> dict:
                "wall_s": time.perf_counter() - t0}
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(dumps(summary, indent=1))
+    write_atomic((out / "results.json"), dumps(summary, indent=1))
     write_report(summary, out)
     return summary

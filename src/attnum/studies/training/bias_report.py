@@ -13,6 +13,8 @@ import html
 import statistics
 from pathlib import Path
 
+from attnum.outfile import save_figure, write_atomic
+
 COLORS = {"fp32": "black", "uniform-bf16": "tab:red", "uniform-qy": "tab:blue", "fa2-bf16": "tab:green"}
 _CHECK = """window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.querySelectorAll('img.figure'));
@@ -35,7 +37,7 @@ def _plt():
 def _save(fig, out: Path, stem: str) -> Path:
     path = out / f"{stem}.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     _plt().close(fig)
     return path
 
@@ -164,7 +166,7 @@ against fp32 attention (definitions in <code>attnum.studies.training.bias</code>
 <p>Total wall time {summary['wall_s']:.0f} s.</p>
 <script>{_CHECK}</script></body></html>"""
     path = out / "index.html"
-    path.write_text(page)
+    write_atomic(path, page)
     return path
 
 

@@ -2,6 +2,13 @@
 
 Torch files are loaded with ``weights_only=True`` only: a pickle that needs arbitrary code is refused,
 never executed. Any failure to read a file becomes one ``AttnumInputError`` naming the file.
+
+Reading is bounded in time and memory for any input. Unpickling is linear in the file's size; what
+it builds is then walked with limits, counted as it is read: at most :data:`MAX_DEPTH` levels of
+nested dicts, :data:`MAX_ENTRIES` dicts and tensors in all, no dict reached twice (a shared or cyclic
+structure: a 2 KB pickle of dicts that share their children names 2**60 tensors), and tensor data of
+at most :data:`DATA_FACTOR` times the file's size (a tensor viewing its storage with stride 0 claims
+terabytes from a few bytes; tied weights, one tensor under two names, stay well within it).
 """
 
 from __future__ import annotations
@@ -16,6 +23,10 @@ from attnum.errors import AttnumInputError
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 _STEP_RE = re.compile(r"(\d+)(?!.*\d)")
+MAX_DEPTH = 32  # nested dicts in a torch checkpoint (a state dict is 1-3 deep)
+MAX_ENTRIES = 1_000_000  # dicts and tensors in one file
+DATA_FACTOR = 8  # tensor bytes per byte of file, at most
+DATA_SLACK = 1 << 20  # bytes allowed on top (tiny files)
 
 
 def checkpoint_name(step: int) -> str:
@@ -32,12 +43,50 @@ def save_checkpoint(state: dict[str, torch.Tensor], path: Path) -> None:
     tmp.replace(path)  # a reader never sees a half-written checkpoint
 
 
-def _flatten(obj: object, prefix: str, out: dict[str, torch.Tensor]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out[prefix] = obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+def _flatten(obj: object, out: dict[str, torch.Tensor], budget: int) -> None:
+    """Name -> tensor below ``obj``, walked without recursion and with the module doc's limits
+    (``budget``: tensor bytes allowed)."""
+    seen: set[int] = set()
+    todo: list[tuple[object, str, int]] = [(obj, "", 0)]
+    entries = 0
+    while todo:
+        node, prefix, depth = todo.pop()
+        entries += 1
+        if entries > MAX_ENTRIES:
+            raise ValueError(f"more than {MAX_ENTRIES} dicts and tensors")
+        if isinstance(node, torch.Tensor):
+            nbytes = node.numel() * node.element_size()
+            if nbytes > node.untyped_storage().nbytes():
+                raise ValueError(f"tensor {prefix[:60]!r} claims {nbytes} bytes from a storage of "
+                                 f"{node.untyped_storage().nbytes()} (an overlapping or broadcast view)")
+            budget -= nbytes
+            if budget < 0:
+                raise ValueError("its tensors claim more data than the file holds")
+            out[prefix] = node
+        elif isinstance(node, dict):
+            if id(node) in seen:
+                raise ValueError(f"{prefix[:60] or 'the top level'!r} is reached twice (a shared or cyclic "
+                                 "structure)")
+            seen.add(id(node))
+            if depth >= MAX_DEPTH:
+                raise ValueError(f"dicts nested deeper than {MAX_DEPTH} levels (at {prefix[:60]!r}...)")
+            entries += len(node)
+            if entries > MAX_ENTRIES:
+                raise ValueError(f"more than {MAX_ENTRIES} dicts and tensors")
+            todo.extend((v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+                        for k, v in reversed(list(node.items())))
+
+
+def _check_archive(path: Path) -> None:
+    """A torch zip archive holds one record per storage: refuse more than MAX_ENTRIES before unpickling
+    (torch.load takes time per record; a legacy non-zip file is bounded by its size alone)."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            n = len(zf.infolist())
+        if n > MAX_ENTRIES:
+            raise ValueError(f"its archive holds {n} records, more than {MAX_ENTRIES}")
 
 
 def load_state(path: Path) -> dict[str, torch.Tensor]:
@@ -49,12 +98,13 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
 
             return load_file(str(path), device="cpu")
         if path.suffix in TORCH_SUFFIXES:
+            _check_archive(path)
             obj = torch.load(path, map_location="cpu", weights_only=True)
             for key in ("state_dict", "model", "module"):  # common wrappers around the weights
                 if isinstance(obj, dict) and isinstance(obj.get(key), dict):
                     obj = obj[key]
             out: dict[str, torch.Tensor] = {}
-            _flatten(obj, "", out)
+            _flatten(obj, out, DATA_FACTOR * path.stat().st_size + DATA_SLACK)
             if not out:
                 raise ValueError("no tensors found")
             return out

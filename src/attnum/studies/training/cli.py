@@ -10,6 +10,7 @@ import typer
 
 from attnum.errors import AttnumInputError
 from attnum.jsonout import dumps
+from attnum.outfile import write_atomic
 from attnum.report.progress import Activity
 
 DEFAULT_OUT = Path("runs/diverge")
@@ -53,12 +54,15 @@ def register(app: typer.Typer) -> None:
             with Activity("diverge --checkpoints"):
                 result = compare_folders(*checkpoints)
             with one_writer(out):
-                (out / "checkpoints.json").write_text(dumps(result, indent=1))
+                write_atomic((out / "checkpoints.json"), dumps(result, indent=1))
                 write_checkpoint_report(result, out)
             print(dumps(result, indent=1) if as_json else _folders_text(result))
             return
         if profile.startswith("bias"):
             from attnum.studies.training.cli_bias import diverge_bias
+
+            if workload != "lm":  # before the folder is made or locked: a rejected command leaves nothing
+                raise AttnumInputError(f"workload={workload!r} is not allowed with --profile {profile}; expected lm")
 
             with one_writer(out):
                 diverge_bias(profile=profile, workload=workload, steps=steps, block_k=block_k,
@@ -86,13 +90,23 @@ def register(app: typer.Typer) -> None:
 @contextlib.contextmanager
 def one_writer(out: Path) -> Iterator[None]:
     """Create ``out`` and hold its one-writer lock (``attnum.store_lock``) while the block runs: a second
-    ``diverge`` on the same folder is refused in one line naming the first, as a second sweep is."""
+    ``diverge`` on the same folder is refused in one line naming the first, as a second sweep is.
+
+    A command rejected inside the block (bad input, exit 2) leaves nothing behind: the lock file is
+    removed on release, and the folder too when this call created it and it is still empty."""
     from attnum.outdir import make_out_folder
     from attnum.store_lock import FolderLock
 
+    created = not out.exists()
     lock = FolderLock(make_out_folder(out))
     try:
         yield
+    except AttnumInputError:
+        lock.release()
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty
+        raise
     finally:
         lock.release()
 

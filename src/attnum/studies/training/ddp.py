@@ -19,7 +19,7 @@ import torch.distributed as dist
 from attnum.studies.training.checkpoints import save_checkpoint
 from attnum.studies.training.diverge import workload_config
 from attnum.studies.training.loop import RunConfig, train
-from attnum.studies.training.workloads import WORKLOADS
+from attnum.workloads.workloads import WORKLOADS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,12 +28,13 @@ from pathlib import Path
 from attnum.errors import AttnumInputError, bad_value
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
+from attnum.outfile import write_atomic
 from attnum.studies.training.checkpoints import checkpoint_name, load_state
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import COMPARISONS, headline, summarise
 from attnum.studies.training.loop import PRECISIONS, RunConfig, finished, train
-from attnum.studies.training.models import ModelConfig
-from attnum.studies.training.workloads import WORKLOADS, WorkloadConfig
+from attnum.workloads.models import ModelConfig
+from attnum.workloads.workloads import WORKLOADS, WorkloadConfig
 
 PROFILES: dict[str, dict[str, int]] = {
     "quick": {"steps": 400, "ckpt_every": 20},
@@ -173,6 +174,6 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
         "wall_s": time.perf_counter() - t0,
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(dumps(summary, indent=1))
+    write_atomic((out / "results.json"), dumps(summary, indent=1))
     write_report(summary, out)
     return summary

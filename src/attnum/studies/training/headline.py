@@ -95,13 +95,27 @@ def _fmt(s: dict) -> str:
 
 
 def _side(s: dict) -> str:
+    """How a ratio over seeds compares with 1, worded so that it does not flip on a difference the seeds
+    themselves show: "exceeds"/"stays below" only when every seed is on that side of 1 *and* the
+    median is further from 1 than half the seed spread ((max - min) / 2); otherwise "is within the
+    seed spread of". (A median of 1.31 with seeds 1.13..1.87 is within the spread: another machine's
+    1.03, seeds 0.87..1.55, says the same.)"""
     if not s["n"]:
         return "cannot be compared with"
-    if s["max"] < 1:
+    half = (s["max"] - s["min"]) / 2
+    if s["max"] < 1 and 1 - s["median"] > half:
         return "stays below"
-    if s["min"] > 1:
+    if s["min"] > 1 and s["median"] - 1 > half:
         return "exceeds"
-    return "straddles (seeds on both sides of)"
+    return "is within the seed spread of"
+
+
+def _quote(s: dict) -> str:
+    if not s["n"]:
+        return "n/a"
+    if s["n"] == 1:
+        return f"{s['median']:.2g}x, one seed"
+    return f"{s['median']:.2g}x, seeds {s['min']:.2g}..{s['max']:.2g}"
 
 
 def sentence(summary: dict) -> str:
@@ -110,7 +124,7 @@ def sentence(summary: dict) -> str:
     n = len(summary["seeds"])
     parts = []
     for metric, name in METRICS.items():
-        sides = [f"{_side(r[p][metric])} the {PROXIES[p]} deviation ({r[p][metric]['median']:.2g}x)" for p in PROXIES]
+        sides = [f"{_side(r[p][metric])} the {PROXIES[p]} deviation ({_quote(r[p][metric])})" for p in PROXIES]
         parts.append(f"by {name} flash's deviation {' and '.join(sides)}")
     text = f"Over {n} seeds at step {summary['step']}, " + "; ".join(parts) + "."
     bad = sorted({f"{PROXIES[p]} {METRICS[m]}" for p in PROXIES for m in METRICS if r[p][m]["nonfinite"]})

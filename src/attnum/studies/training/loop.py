@@ -22,9 +22,9 @@ from attnum.formats import torch_dtype
 from attnum.jsonout import dumps
 from attnum.kernels.registry import require
 from attnum.studies.training.checkpoints import checkpoint_name, save_checkpoint
-from attnum.studies.training.data import shard
-from attnum.studies.training.models import set_attention
-from attnum.studies.training.workloads import Workload, WorkloadConfig
+from attnum.workloads.data import shard
+from attnum.workloads.models import set_attention
+from attnum.workloads.workloads import Workload, WorkloadConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -13,6 +13,7 @@ import math
 import statistics
 from pathlib import Path
 
+from attnum.outfile import save_figure, write_atomic
 from attnum.studies.training.headline import COMPARISONS, METRICS, PROXIES
 
 _COLORS = {"flash": "tab:red", "seed": "tab:blue", "lowprec": "tab:green", "baseline": "black"}
@@ -47,7 +48,7 @@ def _figure(curves: dict, key: str, ylabel: str, title: str, out: Path, stem: st
     fig.tight_layout()
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     for p in paths:
-        fig.savefig(p, dpi=120)
+        save_figure(fig, p, dpi=120)
     plt.close(fig)
     return paths
 
@@ -72,7 +73,7 @@ def _loss_figure(runs: dict, out: Path) -> list[Path]:
     fig.tight_layout()
     paths = [out / "fig_loss.png", out / "fig_loss.svg"]
     for p in paths:
-        fig.savefig(p, dpi=120)
+        save_figure(fig, p, dpi=120)
     plt.close(fig)
     return paths
 
@@ -166,7 +167,7 @@ every tensor; growth rates are least-squares slopes over the checkpoints.</p>
 <p>Total wall time {summary['wall_s']:.1f} s.</p>
 </body></html>"""
     path = out / "index.html"
-    path.write_text(page)
+    write_atomic(path, page)
     return path
 
 
@@ -192,7 +193,7 @@ def write_checkpoint_report(result: dict, out: Path) -> Path:
             ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         for suffix in ("png", "svg"):
-            fig.savefig(out / f"fig_checkpoints.{suffix}", dpi=120)
+            save_figure(fig, out / f"fig_checkpoints.{suffix}", dpi=120)
         plt.close(fig)
         figure = f"<figure>{_svg_inline(out / 'fig_checkpoints.svg')}</figure>"
     rows = "".join(
@@ -210,5 +211,5 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}svg{{max-width:10
 <th>mismatches (left out)</th></tr>{rows}</table>
 {f"<h2>Unpaired files</h2><ul>{unpaired}</ul>" if unpaired else ""}{figure}</body></html>"""
     path = out / "checkpoints.html"
-    path.write_text(page)
+    write_atomic(path, page)
     return path

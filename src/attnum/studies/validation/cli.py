@@ -47,19 +47,14 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps(rows, indent=2))
             return
-        from rich.console import Console
-        from rich.table import Table
+        from attnum.tables import print_table
 
-        table = Table(title="attnum (torch-cpu policy, CPU tiles) vs torch SDPA flash on CPU")
-        for col in ("format", "N", "KV tiles", "max ULP", "mean ULP", "identical", "emu vs golden",
-                    "kernel vs golden"):
-            table.add_column(col, justify="right")
-        for r in rows:
-            table.add_row(r["format"], str(r["seq_len"]), str(r["kv_tiles"]), f"{r['max_ulp']:.2f}",
-                          f"{r['mean_ulp']:.4f}", f"{100 * r['identical']:.2f}%",
-                          f"{r['emulation_vs_golden']:.3e}", f"{r['kernel_vs_golden']:.3e}")
-        Console(width=max(Console().width, 150)).print(table)
-
+        print_table(("format", "N", "KV tiles", "max ULP", "mean ULP", "identical", "emu vs golden",
+                     "kernel vs golden"),
+                    [[r["format"], str(r["seq_len"]), str(r["kv_tiles"]), f"{r['max_ulp']:.2f}",
+                      f"{r['mean_ulp']:.4f}", f"{100 * r['identical']:.2f}%",
+                      f"{r['emulation_vs_golden']:.3e}", f"{r['kernel_vs_golden']:.3e}"] for r in rows],
+                    title="attnum (torch-cpu policy, CPU tiles) vs torch SDPA flash on CPU", justify=["right"] * 8)
 
 def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, causal: bool, seed: int,
                     as_json: bool) -> None:
@@ -73,16 +68,12 @@ def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, caus
     if as_json:
         print(dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from attnum.tables import print_table
 
-    table = Table(title="attnum (torch-eager policy) vs PyTorch eager attention on CPU")
-    for col in ("format", "N", "max ULP", "mean ULP", "identical", "uniform identical", "fa2 identical",
-                "emu vs golden", "eager vs golden"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(r["format"], str(r["seq_len"]), f"{r['max_ulp']:.2f}", f"{r['mean_ulp']:.4f}",
-                      f"{100 * r['identical']:.2f}%", f"{100 * r['identical_uniform']:.2f}%",
-                      f"{100 * r['identical_fa2']:.2f}%", f"{r['emulation_vs_golden']:.3e}",
-                      f"{r['eager_vs_golden']:.3e}")
-    Console(width=max(Console().width, 150)).print(table)
+    print_table(("format", "N", "max ULP", "mean ULP", "identical", "uniform identical", "fa2 identical",
+                 "emu vs golden", "eager vs golden"),
+                [[r["format"], str(r["seq_len"]), f"{r['max_ulp']:.2f}", f"{r['mean_ulp']:.4f}",
+                  f"{100 * r['identical']:.2f}%", f"{100 * r['identical_uniform']:.2f}%",
+                  f"{100 * r['identical_fa2']:.2f}%", f"{r['emulation_vs_golden']:.3e}",
+                  f"{r['eager_vs_golden']:.3e}"] for r in rows],
+                title="attnum (torch-eager policy) vs PyTorch eager attention on CPU", justify=["right"] * 9)

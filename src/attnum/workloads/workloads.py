@@ -1,7 +1,7 @@
 """The two training workloads: what a batch is, how the model is built, what the loss is.
 
-Each workload pairs a bundled dataset (``attnum.studies.training.data``) with a tiny model
-(``attnum.studies.training.models``) and a loss. Batches depend only on ``(data_seed, step)``.
+Each workload pairs a bundled dataset (``attnum.workloads.data``) with a tiny model
+(``attnum.workloads.models``) and a loss. Batches depend only on ``(data_seed, step)``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnum.errors import AttnumInputError, bad_value
-from attnum.studies.training.data import CAPTION_LEN, CAPTION_VOCAB, DigitsData, TextData
-from attnum.studies.training.models import ByteLM, DigitsDiT, ModelConfig
+from attnum.workloads.data import CAPTION_LEN, CAPTION_VOCAB, DigitsData, TextData
+from attnum.workloads.models import ByteLM, DigitsDiT, ModelConfig
 
 WORKLOADS = ("digits", "lm")
 

@@ -1,0 +1,35 @@
+"""``attnum kernels fetch sglang|vllm``: the pinned wheel, without dependencies, into the user cache.
+
+SGLang's and vLLM's Triton attention kernels (built-in targets ``sglang-*`` / ``vllm-*``) run from the
+installed package, or else from the kernel files of their wheel (attnum.kernels.wheels). Exit 0 when
+the files are there (fetched now or before), 2 for an unknown package, 3 when the download fails.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    kernels = typer.Typer(help="Third-party kernels attnum can audit without installing their package.",
+                          no_args_is_help=True)
+
+    @kernels.command("fetch")
+    def fetch(package: str = typer.Argument(..., help="sglang or vllm (pinned: sglang 0.5.3, vllm 0.33.0)")) -> int:
+        """Download PACKAGE's pinned wheel (no dependencies) once and extract its Triton kernel files."""
+        from attnum.errors import AttnumEnvironmentError
+        from attnum.kernels import wheels
+
+        wheels._check(package)
+        if wheels.installed(package):
+            print(f"{package} is installed; its kernels run from the installed package")
+            raise typer.Exit(0)
+        try:
+            where = wheels.fetch(package)
+        except AttnumEnvironmentError as err:
+            print(f"attnum: {err}")
+            raise typer.Exit(3) from None
+        print(f"{package} {wheels.PINS[package]} kernel files in {where}")
+        raise typer.Exit(0)
+
+    app.add_typer(kernels, name="kernels")

@@ -1,0 +1,90 @@
+"""``sglang-decode`` / ``sglang-merge``: SGLang's Triton attention (``sglang.srt.layers.attention.triton_ops``).
+
+- ``decode_attention_fwd``: one query per sequence over a token pool (``kv_indptr``/``kv_indices``,
+  page size 1; a paged cache becomes token indices through the block table), split-KV in two stages
+  with ``num_kv_splits`` splits, natural-log merge; it returns no LSE (``return_lse`` is unsupported).
+- ``merge_state_triton``: the two-state merge of ``(o, lse)`` pairs, natural log, +inf read as -inf.
+- ``extend_attention_fwd`` (as SDPA): the N new tokens of each sequence attend to its S - N cached
+  prefix tokens (a token pool) and, causally, to one another: bottom-right alignment; S >= N only. Its
+  tiles are the non-CUDA branch's (64 x 64 here; sm90 would take 128 x 64): only the order of sums differs.
+
+From the installed ``sglang`` or the pinned wheel (``attnum kernels fetch sglang``; attnum.kernels.wheels).
+On CPU through Triton's interpreter (GPU arithmetic: attnum.kernels.triton_faithful), with CUDA natively.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnum.kernels import serving_layout as lay
+from attnum.kernels import wheels
+from attnum.kernels.serving import ServingTarget
+
+PACKAGE = "sglang"
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OPS = "sglang.srt.layers.attention.triton_ops."
+
+
+def _mod(name: str):
+    return wheels.load(PACKAGE, _OPS + name)
+
+
+def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
+           scale=None, return_lse=False, out=None, lse_out=None):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1; bottom-right causal is implicit)."""
+    B, H, N, d = q.shape
+    if N != 1:
+        raise NotImplementedError("sglang decode_attention_fwd: one query per sequence")
+    if return_lse:
+        raise NotImplementedError("sglang decode_attention_fwd returns no LSE")
+    lens = lay.lengths(cache_seqlens)
+    k, v, indptr, indices = lay.token_pool(k_cache, v_cache, lens, block_table)
+    dv = v.shape[-1]
+    o = out[:, :, 0, :] if out is not None else torch.empty(B, H, dv, dtype=q.dtype, device=q.device)
+    logits = torch.empty(B, H, num_splits, dv, dtype=torch.float32, device=q.device)
+    lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
+    splits = torch.full((B,), num_splits, dtype=torch.int32, device=q.device)
+    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    _mod("decode_attention").decode_attention_fwd(q[:, :, 0].contiguous(), k, v, o, indptr, indices, logits, lse,
+                                                   splits, num_splits, sm_scale)
+    return out if out is not None else o.unsqueeze(2)
+
+
+def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
+    """``merge_state_triton(prefix_o, prefix_lse, suffix_o, suffix_lse, output, output_lse)``."""
+    o, lse = _mod("merge_state").merge_state_triton(o_a.contiguous(), lse_a.contiguous(), o_b.contiguous(),
+                                                    lse_b.contiguous(), out, lse_out)
+    return o, lse
+
+
+def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA -> ``extend_attention_fwd``: prefix = the first S - N keys, extend = the last N."""
+    if attn_mask is not None:
+        raise NotImplementedError("sglang extend_attention_fwd: no attn_mask")
+    B, H, N, d = query.shape
+    G, S = key.shape[1], key.shape[2]
+    if G != H and not enable_gqa:
+        raise NotImplementedError("sglang extend_attention_fwd: G != H needs enable_gqa")
+    if not 1 <= N <= S:
+        raise NotImplementedError("sglang extend_attention_fwd: the N queries are the last N of S keys (S >= N >= 1)")
+    prefix = S - N
+
+    def tokens(x):  # (B, G, N, d) -> (B N, G, d)
+        return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[-1]).contiguous()
+
+    k_buf, v_buf, indptr, indices = lay.token_pool(key, value, [prefix] * B)
+    q_ext, k_ext, v_ext = tokens(query), tokens(key[:, :, prefix:]), tokens(value[:, :, prefix:])
+    o = torch.empty(B * N, H, value.shape[-1], dtype=query.dtype, device=query.device)
+    qo = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=query.device)
+    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    _mod("extend_attention").extend_attention_fwd(q_ext, k_ext, v_ext, o, k_buf, v_buf, qo, indptr, indices, None,
+                                                   bool(is_causal), None, N, sm_scale)
+    return o.reshape(B, N, H, -1).permute(0, 2, 1, 3)
+
+
+DECODE = ServingTarget("sglang-decode", decode=decode, lse_base="e", single_query_only=True, accepts_out=True,
+                       split_rule="fixed-splits")
+MERGE = ServingTarget("sglang-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
+EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right")

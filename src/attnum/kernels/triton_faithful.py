@@ -1,0 +1,258 @@
+"""Triton's interpreter with the GPU's arithmetic: ``with faithful(): kernel[grid](...)``.
+
+Triton's interpreter (``TRITON_INTERPRET=1``, ``triton/runtime/interpreter.py``) runs each program
+instance in numpy. Its arithmetic is not a GPU's: bf16 is carried as 16-bit integers and added or
+multiplied *as integers*, an fp32 -> bf16 cast truncates, ``tl.dot`` ignores ``input_precision`` (fp32
+dots are exact where NVIDIA's default is TF32), and ``tl.sum`` of bf16 sums bit patterns.
+
+:func:`faithful` swaps, for the duration of a ``with`` block, the operations of the interpreter's
+builder (``interpreter_builder``: ``binary_op``, ``unary_op``, ``cast_impl``, ``create_fp_to_fp``,
+``create_dot``, ``create_fma``, ``create_clampf``) and of its reductions (``ReduceOps.sum``,
+``ReduceOps.min_max``, ``ScanOps.apply_impl``) for ones that compute what
+:mod:`attnum.kernels.triton_model` says the GPU computes; Triton's own code is not copied, and is
+restored on exit. fp16 element-wise arithmetic is left to numpy, whose float16 operations compute in
+float32 and round once to nearest even -- the model's answer. What is not modelled raises
+``NotImplementedError`` (an ``unsupported`` verdict): fp8 formats other than e4m3fn / e5m2, bf16 and
+fp16 cumulative scans, dot precisions other than tf32 / tf32x3 / ieee.
+
+:func:`wrap` returns a function that runs another under :func:`faithful` (what attnum's Triton
+targets use); :func:`name` is the label verdicts carry (``triton-interp:nvidia-sm90``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+import numpy as np
+import torch
+
+from attnum.kernels import triton_model as model
+from attnum.rounding import round_to
+
+NUMERICS = ("faithful", "raw")
+_LOCK = threading.RLock()
+_DEPTH = [0]
+_SAVED: dict = {}
+
+
+def name(numerics: str = "faithful", *, approx_exp: bool = False) -> str:
+    """The label of the arithmetic a Triton verdict ran under."""
+    if numerics not in NUMERICS:
+        raise ValueError(f"{numerics=} must be one of {NUMERICS}")
+    if numerics == "raw":
+        return "triton-interp:raw"
+    return f"triton-interp:{model.MODEL}" + (",ex2-approx" if approx_exp else "")
+
+
+def _formats():
+    import triton.language as tl
+
+    return {tl.bfloat16: "bf16", tl.float16: "fp16", tl.float32: "fp32", tl.float64: "fp64",
+            tl.float8e4nv: "e4m3fn", tl.float8e5: "e5m2"}
+
+
+_BITS = {"bf16": (np.uint16, np.int16, torch.bfloat16), "e4m3fn": (np.uint8, np.uint8, torch.float8_e4m3fn),
+         "e5m2": (np.uint8, np.uint8, torch.float8_e5m2)}
+
+
+class _Codec:
+    """numpy storage of the interpreter <-> torch values."""
+
+    def __init__(self) -> None:
+        import triton.language as tl
+
+        self.tl = tl
+        self.fmt = _formats()
+
+    def of(self, dtype) -> str | None:
+        """attnum's format name of a Triton scalar dtype (None for ints, pointers)."""
+        dt = getattr(dtype, "scalar", dtype)
+        f = self.fmt.get(dt)
+        if f is None and getattr(dt, "is_floating", lambda: False)():
+            raise NotImplementedError(f"Triton dtype {dt} is not modelled by attnum's faithful interpreter")
+        return f
+
+    def decode(self, handle, carrier=torch.float64) -> torch.Tensor:
+        data = np.ascontiguousarray(handle.data)
+        f = self.of(handle.dtype)
+        if f in _BITS:
+            _, view, tdt = _BITS[f]
+            return torch.from_numpy(data.view(view)).view(tdt).to(carrier)
+        return torch.from_numpy(data.copy()).to(carrier)
+
+    def encode(self, values: torch.Tensor, fmt: str) -> np.ndarray:
+        """Values already on ``fmt``'s grid -> the interpreter's storage for ``fmt``."""
+        if fmt in _BITS:
+            store, view, tdt = _BITS[fmt]
+            return values.to(tdt).view(torch.int16 if view is np.int16 else torch.uint8).numpy().view(store)
+        return values.to({"fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}[fmt]).numpy()
+
+
+def _precision(p) -> str:
+    text = str(getattr(p, "name", p)).split(".")[-1].lower()
+    if text not in model.PRECISIONS:
+        raise NotImplementedError(f"tl.dot input_precision={text!r} is not modelled (only {model.PRECISIONS})")
+    return text
+
+
+def _install(approx_exp: bool) -> dict:
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter as I
+
+    b, c, TH = I.interpreter_builder, _Codec(), I.TensorHandle
+    orig = {k: getattr(b, k) for k in ("binary_op", "unary_op", "cast_impl", "create_fp_to_fp", "create_dot",
+                                       "create_fma", "create_clampf")}
+    cls = {(I.ReduceOps, "sum"): I.ReduceOps.sum, (I.ReduceOps, "min_max"): I.ReduceOps.min_max,
+           (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl}
+
+    def as32(h):
+        return TH(c.decode(h, torch.float32).numpy(), c.tl.float32)
+
+    def binary_op(lhs, rhs, op):
+        if c.of(lhs.dtype) != "bf16":
+            return orig["binary_op"](lhs, rhs, op)
+        out = orig["binary_op"](as32(lhs), as32(rhs), op)  # fp32, the model's compute format
+        if out.data.dtype == np.bool_:
+            return TH(out.data, lhs.dtype.scalar)
+        r = round_to(torch.from_numpy(np.ascontiguousarray(out.data)), "bf16")  # model.elementwise's rounding
+        return TH(c.encode(r, "bf16"), lhs.dtype.scalar)
+
+    def unary_op(arg, op):
+        f = c.of(arg.dtype)
+        if f == "fp32" and op in (np.exp, np.exp2):
+            fn = model.exp if op is np.exp else model.exp2
+            return TH(fn(c.decode(arg, torch.float32), approx=approx_exp).float().numpy(), arg.dtype.scalar)
+        if f != "bf16":
+            return orig["unary_op"](arg, op)
+        r = model.unary(lambda x: torch.from_numpy(np.ascontiguousarray(op(x.numpy()))),
+                        c.decode(arg, torch.float32), "bf16")
+        return TH(c.encode(r, "bf16"), arg.dtype.scalar)
+
+    def convert(src, dst_type, mode="nearest_even"):
+        fd = c.of(dst_type)
+        x = c.decode(src)
+        if fd is None:  # float -> int: C's truncation toward zero
+            return TH(x.trunc().numpy().astype(I._get_np_dtype(dst_type)), dst_type.scalar)
+        return TH(c.encode(model.cast(x, fd, mode), fd), dst_type.scalar)
+
+    def cast_impl(src, dst_type):
+        fs, fd = c.of(src.dtype), c.of(dst_type)
+        if fs in _BITS or fd in _BITS:
+            return convert(src, dst_type)
+        return orig["cast_impl"](src, dst_type)
+
+    def create_fp_to_fp(src, dst_type, rounding_mode):
+        rtz = rounding_mode is not None and rounding_mode == ir.ROUNDING_MODE.RTZ
+        return convert(src, dst_type, "toward_zero" if rtz else "nearest_even")
+
+    def create_dot(a, bb, d, input_precision, max_num_imprecise_acc):
+        fa, fb, fd = c.of(a.dtype), c.of(bb.dtype), c.of(d.dtype)
+        if fa is None or fb is None or fd is None:  # integer dots
+            return orig["create_dot"](a, bb, d, input_precision, max_num_imprecise_acc)
+        r = model.dot(c.decode(a), c.decode(bb), c.decode(d), precision=_precision(input_precision),
+                      operand_bits=min(a.dtype.scalar.primitive_bitwidth, bb.dtype.scalar.primitive_bitwidth),
+                      out_fmt=fd)
+        return TH(c.encode(r, fd), d.dtype.scalar)
+
+    def create_fma(x, y, z):
+        if c.of(z.dtype) != "bf16":
+            return orig["create_fma"](x, y, z)
+        r = round_to(c.decode(x) * c.decode(y) + c.decode(z), "bf16")  # exact product, one rounding
+        return TH(c.encode(r, "bf16"), z.dtype.scalar)
+
+    def create_clampf(arg, lo, hi, propagate_nans):
+        if c.of(arg.dtype) != "bf16":
+            return orig["create_clampf"](arg, lo, hi, propagate_nans)
+        out = orig["create_clampf"](as32(arg), as32(lo), as32(hi), propagate_nans)
+        return TH(c.encode(torch.from_numpy(out.data), "bf16"), arg.dtype.scalar)  # exact: one of the inputs
+
+    def reduce_sum(self, input):
+        f = c.of(input.dtype)
+        if f not in ("bf16", "fp16"):
+            return cls[(I.ReduceOps, "sum")](self, input)
+        x, axis = c.decode(input.handle, torch.float32), self.axis
+        if axis is None:
+            x, axis = x.reshape(-1), 0
+        r = model.tree_sum(x, axis, f)
+        if self.keep_dims:
+            r = r.unsqueeze(axis) if self.axis is not None else r.reshape([1] * input.handle.data.ndim)
+        return self.to_tensor(c.encode(r, f), input.dtype)
+
+    def min_max(self, input, val_reduce_op, idx_reduce_op=None):
+        if c.of(input.dtype) != "bf16":
+            return cls[(I.ReduceOps, "min_max")](self, input, val_reduce_op, idx_reduce_op)
+        x32 = c.tl.core.tensor(as32(input.handle), _retype(input.type, c.tl.float32))
+        out = cls[(I.ReduceOps, "min_max")](self, x32, val_reduce_op, idx_reduce_op)
+
+        def back(t):
+            if t.dtype != c.tl.float32:
+                return t
+            r = c.encode(torch.from_numpy(np.ascontiguousarray(t.handle.data)), "bf16")  # exact: a max/min
+            return c.tl.core.tensor(TH(r, c.tl.bfloat16), _retype(t.type, c.tl.bfloat16))
+
+        return tuple(back(t) for t in out) if isinstance(out, tuple) else back(out)
+
+    def scan(self, input):
+        if any(c.of(t.dtype) in ("bf16", "fp16") for t in input):
+            raise NotImplementedError("tl.cumsum / tl.associative_scan over bf16 or fp16 is not modelled by "
+                                      "attnum's faithful interpreter")
+        return cls[(I.ScanOps, "apply_impl")](self, input)
+
+    new = {"binary_op": binary_op, "unary_op": unary_op, "cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp,
+           "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf}
+    for k, fn in new.items():
+        setattr(b, k, fn)
+    I.ReduceOps.sum, I.ReduceOps.min_max, I.ScanOps.apply_impl = reduce_sum, min_max, scan
+    return {"builder": (b, orig), "classes": cls}
+
+
+def _retype(ty, scalar):
+    """``ty`` (a Triton scalar or block type) with element type ``scalar``."""
+    import triton.language as tl
+
+    return tl.block_type(scalar, list(ty.shape)) if isinstance(ty, tl.block_type) else scalar
+
+
+def _uninstall(saved: dict) -> None:
+    b, orig = saved["builder"]
+    for k in orig:
+        with contextlib.suppress(AttributeError):
+            delattr(b, k)  # the instance attribute shadowed the class's method
+    for (klass, attr), fn in saved["classes"].items():
+        setattr(klass, attr, fn)
+
+
+@contextlib.contextmanager
+def faithful(*, approx_exp: bool = False):
+    """Run interpreted Triton kernels inside the block with the GPU's arithmetic (module docstring).
+
+    Needs ``TRITON_INTERPRET=1`` (kernels decorated under it). Re-entrant; not for concurrent threads
+    running interpreted kernels under different settings."""
+    with _LOCK:
+        if _DEPTH[0] == 0:
+            _SAVED["state"] = _install(approx_exp)
+        _DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH[0] -= 1
+            if _DEPTH[0] == 0:
+                _uninstall(_SAVED.pop("state"))
+
+
+def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False):
+    """``fn`` run under :func:`faithful` (``numerics="faithful"``) or as is (``"raw"``)."""
+    if numerics not in NUMERICS:
+        raise ValueError(f"{numerics=} must be one of {NUMERICS}")
+    if numerics == "raw":
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        with faithful(approx_exp=approx_exp):
+            return fn(*args, **kw)
+
+    return call

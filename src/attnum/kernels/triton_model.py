@@ -1,0 +1,149 @@
+"""The arithmetic of a Triton kernel on an NVIDIA GPU (sm80 / sm90), as plain torch functions.
+
+These are the model :mod:`attnum.kernels.triton_faithful` plugs into Triton's interpreter, and the
+reference its self-test compares the interpreter against. Every rounding is :func:`attnum.rounding.round_to`.
+Values travel as float32 / float64 tensors; ``fmt`` is a name from :mod:`attnum.formats`.
+
+What the GPU does, and where it is written down (Triton 3.x, ``third_party/nvidia`` backend):
+
+- **element-wise bf16 / fp16.** The frontend keeps ``bf16 op bf16`` in bf16 and ``fp16 op fp16`` in fp16
+  (``semantic.py``, ``computation_type_impl``; ``/`` and ``%`` go to fp32). The backend computes
+  ``add/sub/mul`` natively on sm90 (``add.rn.bf16``) and on sm80 extends to fp32, computes, and truncates
+  back with ``cvt.rn.bf16.f32`` (``ElementwiseOpToLLVM.cpp``, ``EmitDualBF16ElementwiseOp``). Both are
+  one correctly rounded result: fp32 keeps 24 bits >= 2 p + 2 for bf16 (p = 8) and fp16 (p = 11), so
+  rounding first to fp32 and then to the format is innocuous (Figueroa, "When is double rounding
+  innocuous?", SIGNUM 1995). Model: :func:`elementwise` (compute in fp32, round once).
+- **casts** round to nearest even unless the kernel asks otherwise (``tl.cast(..., fp_downcast_rounding=
+  "rtz")``); fp32 -> fp8 uses ``cvt.rn.satfinite.e4m3x2.f32`` / ``...e5m2x2``: saturating. :func:`cast`.
+- **tl.dot** with fp32 operands follows ``input_precision`` (NVIDIA's default ``"tf32"``):
+  ``tf32`` feeds the fp32 registers to ``mma.sync`` / ``wgmma`` ``.tf32``, which read the top 19 bits
+  (the low 13 mantissa bits are ignored: truncation, no conversion instruction is emitted);
+  ``tf32x3`` splits each operand as big = ``cvt.rna.tf32.f32`` (round to nearest, ties *away* from zero:
+  PTX ISA, "cvt", rounding modifier ``.rna``), small = x - big, and sums three tf32 dots
+  (``F32DotTC.cpp``: small x big + big x small, NaN-masked, then big x big); ``ieee`` is exact fp32.
+  bf16 / fp16 / fp8 operands are exact. Products are exact; the accumulator is rounded to its format
+  once per tensor-core instruction (:data:`K_STEP`: k = 8 for tf32, 16 for 16-bit, 32 for fp8), and once
+  per k for ``ieee`` (Triton's FMA dot). The order inside one instruction and, for fp8 on sm90, the
+  tensor core's ~13-bit internal alignment are not modelled.
+- **reductions** (``tl.sum`` of bf16 / fp16 stays in that format: ``standard.py``, ``_pick_sum_dtype``)
+  round after every combine; modelled as a halving tree (the order of a warp's butterfly shuffle).
+- **exp / exp2**: ``tl.exp`` lowers to ``ex2.approx.f32`` of ``x * log2(e)``. :func:`exp` is exact
+  (correctly rounded fp32) by default; ``approx=True`` models ``ex2.approx`` by the error NVIDIA
+  documents for the fast base-2 exponential, 2 ulp (CUDA C++ Programming Guide, "Mathematical
+  Functions", ``exp2f``), taken as a relative error of 2**-22 and applied as the worst case (the
+  result pushed outward by that much, then rounded to fp32). Not a bit-exact model of the hardware.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnum.rounding import round_to
+
+MODEL = "nvidia-sm90"
+"""The model's name in verdicts: ``triton-interp:nvidia-sm90`` (sm80 rounds the same, see above)."""
+
+PRECISIONS = ("tf32", "tf32x3", "ieee")
+EX2_APPROX_REL_ERR = 2.0 ** -22
+SATURATING = ("e4m3fn", "e5m2")  # fp8 stores on NVIDIA are cvt.rn.satfinite
+
+
+def elementwise(op, a: torch.Tensor, b: torch.Tensor, fmt: str) -> torch.Tensor:
+    """``op(a, b)`` of two values held in ``fmt`` (bf16 / fp16), as the GPU computes it: in fp32,
+    rounded once to ``fmt``. ``op`` is a torch binary function; a bool result is returned as is."""
+    r = op(a.float(), b.float())
+    return r if r.dtype == torch.bool else round_to(r, fmt)
+
+
+def unary(op, a: torch.Tensor, fmt: str) -> torch.Tensor:
+    """``op(a)`` of a value held in ``fmt``: in fp32, rounded once to ``fmt``."""
+    return round_to(op(a.float()), fmt)
+
+
+def cast(x: torch.Tensor, fmt: str, mode: str = "nearest_even") -> torch.Tensor:
+    """A float cast to ``fmt``: one rounding (``mode``) from the exact value; fp8 saturates."""
+    return round_to(x.double(), fmt, mode, saturate=fmt in SATURATING)
+
+
+def tf32_operand(x: torch.Tensor) -> torch.Tensor:
+    """What a ``.tf32`` tensor-core operand holds when given fp32 bits: the top 19 bits (truncation)."""
+    return round_to(x.float(), "tf32", "toward_zero")
+
+
+def tf32_rna(x: torch.Tensor) -> torch.Tensor:
+    """``cvt.rna.tf32.f32``: round to nearest, ties away from zero."""
+    return round_to(x.float(), "tf32", "nearest_away")
+
+
+K_STEP = {"tf32": 8, "16": 16, "8": 32, "ieee": 1}
+"""The k of one tensor-core instruction (mma.sync m16n8k8 for tf32, m16n8k16 for bf16 / fp16, k32 for
+fp8; wgmma's k per instruction is the same): the accumulator is rounded once per k-step. ``ieee`` is
+Triton's FMA dot (``FMA.cpp``): one fused multiply-add, one rounding, per k."""
+
+
+def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, out_fmt: str, k_step: int) -> torch.Tensor:
+    """acc + sum_k a b with exact products, k in steps of ``k_step``, the accumulator rounded to
+    ``out_fmt`` after each step."""
+    a, b, acc = a.double(), b.double(), acc.double()
+    for k0 in range(0, a.shape[-1], k_step):
+        acc = round_to(torch.matmul(a[..., k0:k0 + k_step], b[..., k0:k0 + k_step, :]) + acc, out_fmt)
+    return acc
+
+
+def dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, precision: str = "tf32",
+        operand_bits: int = 32, out_fmt: str = "fp32") -> torch.Tensor:
+    """``tl.dot(a, b, acc, input_precision=precision)``: a (.., M, K), b (.., K, N), acc (.., M, N).
+
+    ``operand_bits``: 32 for fp32 operands (``precision`` applies), 16 for bf16 / fp16 and 8 for fp8
+    (used exactly). Returns float64 values on ``out_fmt``'s grid."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{precision=} must be one of {PRECISIONS}")
+    if operand_bits != 32:
+        return _mma(a, b, acc, out_fmt, K_STEP[str(operand_bits)])
+    if precision == "ieee":
+        return _mma(a, b, acc, out_fmt, K_STEP["ieee"])
+    step = K_STEP["tf32"]
+    if precision == "tf32":
+        return _mma(tf32_operand(a), tf32_operand(b), acc, out_fmt, step)
+    a32, b32 = a.float(), b.float()
+    a_big, b_big = tf32_rna(a32), tf32_rna(b32)
+    a_small, b_small = a32 - a_big, b32 - b_big  # exact in fp32
+    zero = torch.zeros(acc.shape, dtype=torch.float64)
+    small = _mma(tf32_operand(a_small), tf32_operand(b_big), zero, "fp32", step)
+    small = _mma(tf32_operand(a_big), tf32_operand(b_small), small, "fp32", step)
+    small = torch.where(torch.isnan(small), zero, small)
+    big = _mma(a_big, b_big, small, "fp32", step)
+    return round_to(big + acc.double(), out_fmt)
+
+
+def tree_sum(x: torch.Tensor, dim: int, fmt: str) -> torch.Tensor:
+    """Sum along ``dim`` in ``fmt``, rounding after every addition, halving the axis each step
+    (element i meets element i + n/2, as in a butterfly shuffle); an odd element left over is added
+    to the first one. Float32 in, float32 values on ``fmt``'s grid out (dim removed)."""
+    x = x.float().movedim(dim, 0)
+    while x.shape[0] > 1:
+        n = x.shape[0]
+        h = n // 2
+        y = round_to(x[:h] + x[h:2 * h], fmt)
+        if n % 2:
+            y[0] = round_to(y[0] + x[-1], fmt)
+        x = y
+    return x[0] if x.shape[0] else torch.zeros(x.shape[1:], dtype=torch.float32)
+
+
+def exp2(x: torch.Tensor, *, approx: bool = False) -> torch.Tensor:
+    """2**x of fp32 values: correctly rounded fp32, or (``approx``) pushed outward by ex2.approx's
+    maximum relative error first."""
+    r = torch.exp2(x.double())
+    if approx:
+        r = r * (1 + EX2_APPROX_REL_ERR)
+    return round_to(r, "fp32")
+
+
+def exp(x: torch.Tensor, *, approx: bool = False) -> torch.Tensor:
+    """e**x of fp32 values; ``approx``: ``ex2.approx(x * log2 e)`` with the product rounded to fp32."""
+    if not approx:
+        return round_to(torch.exp(x.double()), "fp32")
+    return exp2(round_to(x.double() * math.log2(math.e), "fp32"), approx=True)

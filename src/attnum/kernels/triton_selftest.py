@@ -1,0 +1,116 @@
+"""The faithful interpreter's self-test: tiny Triton kernels whose interpreted results must equal
+:mod:`attnum.kernels.triton_model` bit for bit.
+
+Each check runs one kernel of :mod:`attnum.kernels.triton_selftest_kernels` under
+:func:`attnum.kernels.triton_faithful.faithful` and computes the same result from the kernel's inputs
+with the model's functions (torch, ``round_to``). It checks that the hooks are where the installed
+Triton calls them: a Triton whose interpreter moved an operation elsewhere fails here, and attnum's
+Triton targets then refuse to judge (``unsupported``) rather than report the raw interpreter's numbers.
+``run()`` is cached per process; ``python -m attnum.kernels.triton_selftest`` prints it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from attnum.kernels import triton_model as model
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def _bits_equal(got: torch.Tensor, want: torch.Tensor) -> tuple[bool, str]:
+    got, want = got.to(want.dtype), want
+    same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+    if bool(same.all()):
+        return True, ""
+    i = int((~same).flatten().nonzero()[0])
+    return False, f"{int((~same).sum())} of {same.numel()} differ; first: got {got.flatten()[i].item()!r}, " \
+                  f"model {want.flatten()[i].item()!r}"
+
+
+def _inputs(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float32) * scale
+
+
+def _checks():
+    from attnum.kernels import triton_selftest_kernels as K
+
+    n = 32
+    q = _inputs(1, n).to(torch.bfloat16)
+    k = _inputs(2, n).to(torch.bfloat16)
+    prod, tot = torch.empty(n, dtype=torch.bfloat16), torch.empty(1, dtype=torch.float32)
+    K.mul_sum[(1,)](q, k, prod, tot, N=n)
+    want_p = model.elementwise(torch.mul, q.float(), k.float(), "bf16")
+    yield "bf16 q * k", prod.float(), want_p
+    yield "bf16 tl.sum(q * k)", tot, model.tree_sum(want_p, 0, "bf16").reshape(1)
+
+    x = torch.cat([torch.tensor([1.2955, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -(1.0 + 2.0 ** -8), 3.0e38]),
+                   _inputs(3, n - 5)]).float()
+    y = torch.empty(n, dtype=torch.bfloat16)
+    K.store_cast[(1,)](x, y, N=n)
+    yield "fp32 -> bf16 store", y.float(), model.cast(x, "bf16").float()
+
+    a, b = _inputs(4, 16, 16), _inputs(5, 16, 16)
+    a[0, :3] = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -12, -(1.0 + 2.0 ** -11)])  # tf32 ties
+    one = torch.ones(16, 16, dtype=torch.float64)
+    for p in model.PRECISIONS:
+        c = torch.empty(16, 16, dtype=torch.float32)
+        K.dot[(1,)](a, b, c, M=16, K=16, N=16, PRECISION=p)
+        yield f"fp32 tl.dot {p}", c, model.dot(a, b, one, precision=p).float()
+
+    for dt in (torch.float8_e4m3fn, torch.bfloat16):
+        a8, b8 = _inputs(6, 16, 32, scale=4.0).to(dt), _inputs(7, 32, 16, scale=4.0).to(dt)
+        c = torch.empty(16, 16, dtype=torch.float32)
+        K.dot_lowp[(1,)](a8, b8, c, M=16, K=32, N=16)
+        zero = torch.zeros(16, 16, dtype=torch.float64)
+        bits = 8 if dt == torch.float8_e4m3fn else 16
+        yield f"{str(dt)[6:]} tl.dot", c, model.dot(a8.double(), b8.double(), zero, operand_bits=bits).float()
+
+    x = _inputs(8, n, scale=10.0)
+    y = torch.empty(n, dtype=torch.float32)
+    K.exp[(1,)](x, y, N=n)
+    yield "fp32 tl.exp", y, model.exp(x).float()
+
+    x = _inputs(9, n).to(torch.bfloat16)
+    y = torch.empty(1, dtype=torch.bfloat16)
+    K.max_bf16[(1,)](x, y, N=n)
+    yield "bf16 tl.max", y.float(), x.float().max().reshape(1)
+
+
+@functools.cache
+def run() -> tuple[Check, ...]:
+    """Every check (the kernels need TRITON_INTERPRET=1 before triton is imported)."""
+    from attnum.kernels import triton_faithful
+
+    out = []
+    try:
+        with triton_faithful.faithful():
+            for label, got, want in _checks():
+                ok, why = _bits_equal(got, want)
+                out.append(Check(name=label, ok=ok, detail=why))
+    except Exception as exc:  # noqa: BLE001 - an interpreter the hooks do not fit fails the self-test
+        out.append(Check(name="self-test", ok=False, detail=f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
+    return tuple(out)
+
+
+def failure() -> str:
+    """'' when the self-test passes, else one line saying what failed."""
+    bad = [c for c in run() if not c.ok]
+    return "; ".join(f"{c.name}: {c.detail}" for c in bad)
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "1"
+    for c in run():
+        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}" + (f"  ({c.detail})" if c.detail else ""))

@@ -1,0 +1,210 @@
+"""Third-party Triton kernels, from the installed package or from its wheel in a user cache.
+
+SGLang's and vLLM's Triton attention kernels are plain Python files inside their wheels. attnum runs
+them from the installed package when there is one; otherwise ``attnum kernels fetch sglang|vllm``
+downloads the pinned wheel once, without dependencies (``pip download --no-deps``), into
+``$ATTNUM_CACHE`` (default ``~/.cache/attnum``) and extracts only the kernel files it needs; later runs,
+CI included, reuse them. Nothing of theirs is committed here.
+
+A kernel file is imported by path under its own module name, with small stand-ins for the heavy modules
+it imports (``vllm.platforms``: an NVIDIA sm90 platform; ``vllm.envs``; ``vllm.logger``;
+``sglang.srt.utils``: ``is_hip() = False``, ``is_cuda()`` = whether CUDA is present) -- the stand-ins are
+installed only when the real package is absent. With ``TRITON_INTERPRET=1`` (CPU) the kernels run in
+Triton's interpreter; see :mod:`attnum.kernels.triton_faithful` for its arithmetic.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+import types
+import zipfile
+from enum import IntEnum
+from pathlib import Path
+
+from attnum.errors import AttnumEnvironmentError, bad_value
+
+PINS = {"sglang": "0.5.3", "vllm": "0.33.0"}
+"""The versions attnum fetches (sglang 0.5.3 and vllm 0.33.0: the ones the verdicts in docs/audit.md were
+measured on)."""
+
+FILES = {
+    "sglang": ("sglang/srt/layers/attention/triton_ops/decode_attention.py",
+               "sglang/srt/layers/attention/triton_ops/merge_state.py",
+               "sglang/srt/layers/attention/triton_ops/extend_attention.py",
+               "sglang/srt/layers/attention/triton_ops/prefill_attention.py"),
+    "vllm": ("vllm/v1/attention/ops/triton_unified_attention.py",
+             "vllm/v1/attention/ops/triton_attention_helpers.py",
+             "vllm/v1/attention/ops/triton_merge_attn_states.py",
+             "vllm/v1/attention/ops/triton_decode_attention.py",
+             "vllm/v1/attention/ops/prefix_prefill.py"),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ATTNUM_CACHE") or Path.home() / ".cache" / "attnum")
+
+
+def _check(package: str) -> str:
+    if package not in PINS:
+        raise bad_value("package", package, f"one of {', '.join(PINS)}")
+    return package
+
+
+def source_dir(package: str) -> Path:
+    """Where the extracted kernel files of the pinned wheel live (``<cache>/src/<package>-<version>``)."""
+    return cache_dir() / "src" / f"{_check(package)}-{PINS[package]}"
+
+
+def installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(_check(package)) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing(package: str) -> str:
+    """'' when ``package``'s kernel files can be loaded here, else why not (one line)."""
+    if installed(package) or all((source_dir(package) / f).is_file() for f in FILES[package]):
+        return ""
+    return (f"{package} is neither installed nor fetched: run `attnum kernels fetch {package}` "
+            f"(pip download --no-deps {package}=={PINS[package]} into {cache_dir()})")
+
+
+def fetch(package: str, *, quiet: bool = False) -> Path:
+    """Download the pinned wheel (no dependencies) once and extract the kernel files; returns the folder."""
+    dest = source_dir(package)
+    if all((dest / f).is_file() for f in FILES[package]):
+        return dest
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    pattern = f"{package}-{PINS[package]}-*.whl"
+    found = sorted(wheels.glob(pattern))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", f"{package}=={PINS[package]}", "-d", str(wheels)]
+        run = subprocess.run(cmd, capture_output=quiet, text=True)
+        found = sorted(wheels.glob(pattern))
+        if run.returncode or not found:
+            tail = (run.stderr or "").strip().splitlines()[-1:] if quiet else []
+            raise AttnumEnvironmentError(f"pip download of {package}=={PINS[package]} failed"
+                                         + (f": {tail[0]}" if tail else ""))
+    with zipfile.ZipFile(found[-1]) as z:
+        for f in FILES[package]:
+            z.extract(f, dest)
+    return dest
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+class _Platform:
+    """vllm.platforms.current_platform as an NVIDIA sm90 GPU (the model the faithful interpreter follows)."""
+
+    def is_rocm(self):
+        return False
+
+    def is_cuda(self):
+        return True
+
+    def is_xpu(self):
+        return False
+
+    def has_device_capability(self, cap):
+        return 90 >= (cap if isinstance(cap, int) else cap[0] * 10 + cap[1])
+
+    def get_device_capability(self):
+        return (9, 0)
+
+    def is_device_capability_family(self, cap):
+        return cap // 10 == 9
+
+    def fp8_dtype(self):
+        import torch
+
+        return torch.float8_e4m3fn
+
+
+class _KVQuantMode(IntEnum):  # the names unified_attention compares against; only NONE is used here
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+    NVFP4 = 5
+
+
+def _module(name: str, **attrs) -> types.ModuleType:
+    mod = sys.modules.get(name)
+    if mod is None:
+        mod = types.ModuleType(name)
+        mod.__path__ = []  # a package, so that submodules can be registered beneath it
+        sys.modules[name] = mod
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    parent, _, leaf = name.rpartition(".")
+    if parent:
+        setattr(_module(parent), leaf, mod)
+    return mod
+
+
+def _logger(name):
+    log = logging.getLogger(name)
+    for method in ("debug_once", "info_once", "warning_once"):
+        setattr(log, method, getattr(log, method.split("_")[0]))
+    return log
+
+
+def _stand_ins(package: str) -> None:
+    import torch
+    import triton
+    import triton.language as tl
+
+    if package == "vllm":
+        _module("vllm.triton_utils", triton=triton, tl=tl)
+        _module("vllm.envs", VLLM_BATCH_INVARIANT=False)
+        _module("vllm.logger", init_logger=_logger)
+        _module("vllm.platforms", current_platform=_Platform())
+        _module("vllm.v1.kv_cache_interface", KVQuantMode=_KVQuantMode)
+    else:
+        cuda = torch.cuda.is_available()
+        _module("sglang.srt.utils", is_hip=lambda: False, is_cuda=lambda: cuda)
+
+
+def load(package: str, module: str):
+    """The kernel module ``module`` (dotted, e.g. ``vllm.v1.attention.ops.triton_merge_attn_states``):
+    the installed one, else the fetched file with stand-ins for its heavy imports."""
+    if installed(package):
+        return importlib.import_module(module)
+    if module in sys.modules:
+        return sys.modules[module]
+    why = missing(package)
+    if why:
+        raise NotImplementedError(why)
+    _stand_ins(package)
+    # sibling kernel files first (vLLM's unified attention imports its helpers, SGLang's extend its prefill)
+    for f in FILES[package]:
+        name = f[:-3].replace("/", ".")
+        if name != module and (name.endswith("_helpers") or name.endswith("prefill_attention")):
+            _load_file(name, source_dir(package) / f)
+    return _load_file(module, source_dir(package) / (module.replace(".", "/") + ".py"))
+
+
+def _load_file(name: str, path: Path):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    parent, _, leaf = name.rpartition(".")
+    _module(parent)
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    setattr(sys.modules[parent], leaf, mod)
+    return mod

@@ -1,0 +1,60 @@
+"""Run by tests/test_real_kernels.py in a child process with TRITON_INTERPRET=1: a lean audit of SGLang's
+and vLLM's Triton kernels (a few small cases per kernel and dtype), printed as one JSON line.
+
+argv: numerics (faithful | raw), then the targets to run."""
+
+import json
+import sys
+
+import torch
+
+from attnum.audit.harness import ProbeContext
+from attnum.audit.probes import PROBES
+from attnum.audit.serving import decode_case, decode_inputs
+from attnum.formats import get_format, torch_dtype
+from attnum.kernels.registry import resolve
+
+
+def cases(name, ctx):
+    if name.endswith(":SGLangDecode"):
+        name = "sglang-decode"
+    if name.endswith("merge"):
+        return PROBES["merge-two-empty"].run(ctx)
+    out = []
+    if name in ("vllm-unified", "sglang-extend"):
+        q, k, v = ctx.cast(ctx.randn(1, 4, 16, 64, salt=1), ctx.randn(1, 2, 40, 64, salt=2),
+                           ctx.randn(1, 2, 40, 64, salt=3))
+        out.append(ctx.check("prefill N=16 S=40 causal", q, k, v, is_causal=True, enable_gqa=True))
+        if name == "sglang-extend":
+            return out
+    q, k, v, lens = decode_inputs(ctx, B=2, H=4, G=2, N=1, S=64, d=64, lens=(64, 17), salt=5)
+    out.append(decode_case(ctx, "decode N=1 L=(64, 17) splits=2", q, k, v, cache_seqlens=lens, num_splits=2,
+                           check_lse=name == "vllm-triton-decode"))
+    return out
+
+
+def main():
+    numerics, names = sys.argv[1], sys.argv[2:]
+    torch.set_num_threads(1)
+    if any(n.startswith("triton-interpret:") for n in names):  # the example adapter imports sglang's module
+        from attnum.kernels import wheels
+
+        wheels.load("sglang", "sglang.srt.layers.attention.triton_ops.decode_attention")
+    result = {}
+    for name in names:
+        target = resolve(name, "cpu", numerics=numerics)
+        if not target.available:
+            result[name] = {"unavailable": target.reason}
+            continue
+        conv = target.declared
+        for dt in ("fp16", "bf16", "fp32"):
+            ctx = ProbeContext(target=target.fn, dtype=torch_dtype(dt), fmt=get_format(dt),
+                               causal_alignment=conv.get("causal_alignment", "top_left"),
+                               empty_rows=conv.get("empty_rows", "zeros"))
+            result.setdefault(name, {})[dt] = [(c.label, c.verdict.status, c.verdict.ratio, c.verdict.note)
+                                               for c in cases(name, ctx)]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

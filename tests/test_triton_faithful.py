@@ -1,0 +1,115 @@
+"""The faithful Triton interpreter: the model's arithmetic against float64 / exhaustive references, the
+self-test bit for bit, and a verdict that the raw interpreter gets wrong (TF32 in fp32)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnum.kernels import triton_model as model
+from attnum.rounding import round_to
+
+KERNEL = Path(__file__).resolve().parent / "_interp_triton_attention.py"
+
+
+def needs_triton():
+    if importlib.util.find_spec("triton") is None:  # find_spec: triton must not be imported here
+        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
+
+
+def test_nearest_away_rounds_ties_away_and_the_rest_to_nearest():
+    # every fp32 whose low 13 bits hold a tie (0x1000), just below and just above one, on both signs
+    base = torch.arange(0, 1 << 10, dtype=torch.int32) << 13 | (127 << 23)
+    for low, up in ((0x1000, True), (0x0FFF, False), (0x1001, True)):
+        x = (base | low).view(torch.float32)
+        for sign in (1.0, -1.0):
+            r = round_to(sign * x, "tf32", "nearest_away").double()
+            lo = (base.view(torch.float32) * sign).double()
+            want = lo + sign * 2.0 ** -10 if up else lo
+            assert torch.equal(r, want), (low, sign)
+
+
+def test_tf32_operand_is_truncation_and_rna_differs_only_at_and_above_half():
+    x = torch.tensor([1 + 2 ** -11, 1 + 2 ** -11 - 2 ** -23, -(1 + 2 ** -11)], dtype=torch.float32)
+    assert model.tf32_operand(x).tolist() == [1.0, 1.0, -1.0]
+    assert model.tf32_rna(x).tolist() == [1 + 2 ** -10, 1.0, -(1 + 2 ** -10)]
+
+
+def test_dot_precisions_against_float64():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 64, generator=g), torch.randn(64, 8, generator=g)
+    acc = torch.zeros(8, 8, dtype=torch.float64)
+    gold = a.double() @ b.double()
+    T = a.double().abs() @ b.double().abs()  # sum of |terms|
+    u32, u_tf32 = 2.0 ** -24, 2.0 ** -11
+    err = {p: ((model.dot(a, b, acc, precision=p) - gold).abs() / T).max().item() for p in model.PRECISIONS}
+    # ieee: 64 fp32 fma roundings; tf32: operands truncated (2 x 2^-10 relative) + 8 fp32 roundings
+    assert err["ieee"] <= 64 * u32 * 1.01
+    assert err["tf32x3"] <= 64 * u32 * 1.01
+    assert 2 * u_tf32 / 8 < err["tf32"] <= 2 * 2 * u_tf32 + 8 * u32  # truncation shows, and is bounded
+
+
+def test_bf16_elementwise_is_torch_bf16_exhaustively_over_a_binade():
+    x = torch.arange(0, 1 << 7, dtype=torch.int16) | 0x3F80  # every bf16 in [1, 2)
+    a = x.view(torch.bfloat16)
+    b = a.flip(0)
+    for op in (torch.add, torch.mul, torch.sub):
+        got = model.elementwise(op, a.float(), b.float(), "bf16")
+        assert torch.equal(got, op(a, b).float())  # torch computes bf16 ops in fp32, rounds once
+
+
+def test_tree_sum_rounds_every_level():
+    x = torch.tensor([1.0, 2.0 ** -8, 2.0 ** -8, 2.0 ** -8])  # bf16: 1 + 2^-8 rounds back to 1
+    assert model.tree_sum(x, 0, "bf16").item() == 1.0 + 2.0 ** -7  # (1 + 2^-8) + (2^-8 + 2^-8) -> 1, 2^-7
+    assert model.tree_sum(x, 0, "fp32").item() == 1.0 + 3 * 2.0 ** -8
+
+
+def test_self_test_passes_and_the_raw_interpreter_fails_it():
+    needs_triton()
+    code = ("import json; from attnum.kernels import triton_selftest as s\n"
+            "faithful = [(c.name, c.ok) for c in s.run()]\n"
+            "raw = [(n, s._bits_equal(g, w)[0]) for n, g, w in s._checks()]\n"
+            "print(json.dumps({'faithful': faithful, 'raw': raw}))")
+    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin", **{k: v for k, v in __import__("os").environ.items()
+                                                                 if k in ("PYTHONPATH", "HOME", "VIRTUAL_ENV")}}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert len(out["faithful"]) >= 10 and all(ok for _, ok in out["faithful"]), out["faithful"]
+    raw = dict(out["raw"])
+    assert not raw["bf16 q * k"] and not raw["fp32 -> bf16 store"] and not raw["fp32 tl.dot tf32"], raw
+
+
+@pytest.mark.timeout(300)
+def test_tf32_kernel_fails_fp32_under_the_gpu_model_and_passes_raw():
+    needs_triton()
+    from attnum.audit.config import AuditConfig
+    from attnum.audit.runner import run_audit
+
+    rows = {}
+    for numerics in ("faithful", "raw"):
+        cfg = AuditConfig(target=f"triton-interpret:{KERNEL}:attention_tf32", dtypes="fp32", probes="scale-argument",
+                          numerics=numerics)
+        report = run_audit(cfg, isolate=True)
+        assert report.environment["numerics"] == ("triton-interp:nvidia-sm90" if numerics == "faithful"
+                                                  else "triton-interp:raw")
+        rows[numerics] = report.results[0]
+    assert rows["raw"].status == "pass", rows["raw"].note
+    assert rows["faithful"].status == "fail" and rows["faithful"].ratio > 10, rows["faithful"].note
+
+
+def test_a_triton_the_model_does_not_fit_makes_every_case_unsupported(monkeypatch):
+    needs_triton()
+    from attnum.audit.harness import raised
+    from attnum.kernels import triton_interp, triton_selftest
+
+    monkeypatch.setattr(triton_selftest, "failure", lambda: "bf16 q * k: 32 of 32 differ")
+    fn = triton_interp.under(lambda *a, **kw: 1 / 0, "faithful", "k")  # never reached
+    with pytest.raises(NotImplementedError, match="does not fit") as err:
+        fn()
+    assert raised(err.value).status == "unsupported"
+    assert triton_interp.under(len, "raw") is len  # raw: nothing checked, nothing wrapped
