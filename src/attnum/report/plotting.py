@@ -32,6 +32,11 @@ def format_color(fmt: str, order: list[str]) -> str:
     return _FORMAT_COLORS[order.index(fmt) % len(_FORMAT_COLORS)] if fmt in order else "black"
 
 
+def variant_style(variant: str) -> dict:
+    """Line style and marker of a flash variant (fa1, fa2; others dotted)."""
+    return {"linestyle": VARIANT_STYLE.get(variant, ":"), "marker": VARIANT_MARKER.get(variant, "x")}
+
+
 def panels(n: int, *, title: str, width: float = 5.0, height: float = 3.8, rows: int = 1):
     """A figure with ``rows`` x ``n`` axes (always a 2-D array), titled."""
     fig, axes = plt.subplots(rows, n, figsize=(width * n, height * rows), squeeze=False)

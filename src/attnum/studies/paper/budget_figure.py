@@ -1,4 +1,4 @@
-"""The error-budget bar chart of ``attnum attribute`` (one config) from its result or a stored row.
+"""The error-budget bar chart of ``attnum attribute`` (one config) from its result or stored rows.
 
 Reads the numbers the attribution recorded (``sites``, ``full``, ``floor``); never recomputes them.
 Two panels, one bar pair (flash, baseline) per site on a log axis: (a) only this site rounds,
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnum.experiments.results import Row
 from attnum.report.plotting import panels, save
+from attnum.studies.paper.cells import tiles_of
 
 IMPL_STYLE = {"flash": {"color": "tab:blue", "hatch": ""}, "baseline": {"color": "tab:red", "hatch": "//"}}
 
@@ -58,3 +60,34 @@ def budget_figure(result: dict, out_dir: Path, name: str, *, title: str = "") ->
     axes[0][0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)  # below the bars
     axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return save(fig, Path(out_dir), name)
+
+
+def _budget_name(row: Row) -> str:
+    c = row["config"]
+    return f"budget-{c['policy']}-{c['variant']}-N{c['seq_len']}-Bc{tiles_of(row)['Bc']}-s{c['seed']}".replace(",", "_")
+
+
+def budget_captions(rows: list[Row]) -> dict[str, str]:
+    out = {}
+    for r in rows:
+        if r.get("kind") == "attribute" and r.get("metrics"):
+            c, m = r["config"], r["metrics"]
+            base = m.get("baseline_policy")
+            out[_budget_name(r)] = (f"Error budget per rounding site: policy {m.get('policy')}"
+                                    + (f", baseline {base}" if base and base != m.get("policy") else "")
+                                    + f", variant {c['variant']}, N={c['seq_len']}, Bc={tiles_of(r)['Bc']}, "
+                                    f"{c.get('dist', 'normal')} inputs, seed {c['seed']} ({m['metric']} vs golden; "
+                                    f"exact = {m['carrier']}, the carrier).")
+    return out
+
+
+def budget_figures(rows: list[Row], out_dir: Path) -> dict[str, tuple[list[Path], str]]:
+    caps = budget_captions(rows)
+    out = {}
+    for r in rows:
+        if r.get("kind") == "attribute" and r.get("metrics"):
+            name = _budget_name(r)
+            paths = budget_figure(r["metrics"], out_dir, name, title=caps[name].split(" (")[0])
+            if paths:
+                out[name] = (paths, caps[name])
+    return out

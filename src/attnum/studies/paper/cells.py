@@ -10,12 +10,15 @@ Pure functions over rows; no numerics.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from attnum.experiments.results import LABELS, Row
+from attnum.experiments.results import LABELS, Row, metric, values
 
+FLASH_VS_BASELINE = "flash_vs_baseline.max_abs"  # the metric the paper's figures plot
 TILE_FIELDS = ("block_q", "block_k", "sram", "swap_blocks", "square")
 ALWAYS = ("policy", "variant")
 # Display names of coordinates, for tables and sentences.
@@ -89,3 +92,39 @@ def region(where: list[dict[str, Any]], everywhere: list[dict[str, Any]]) -> str
 
 def _sorted(values: set) -> list:
     return sorted(values, key=lambda v: (v is None, isinstance(v, str), v if not isinstance(v, str) else 0, str(v)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Cell:
+    coords: dict[str, Any]
+    verdict: str
+    value: float  # the number the rule judged
+    text: str
+    numbers: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def trend_verdict(ok: bool) -> str:
+    return "holds" if ok else "does not hold"
+
+
+def select(rows: list[Row], groups: tuple[str, ...], **config: Any) -> list[Row]:
+    """Rows in any of ``groups`` whose config has every given field value."""
+    return [r for r in rows if set(r.get("groups", ())) & set(groups)
+            and all(r["config"].get(k) == v for k, v in config.items())]
+
+
+def not_tested(text: str) -> list[Cell]:
+    return [Cell(coords={}, verdict="not tested", value=math.nan, text=text)]
+
+
+def mbits(rows: list[Row], fmt: str) -> float:
+    """Mantissa bits of ``fmt`` as the rows recorded them (0 when none did)."""
+    return next((m for r in rows if r["config"]["format"] == fmt and (m := metric(r, "format_bits.mbits"))), 0.0)
+
+
+def formats_by_mbits(rows: list[Row]) -> list[str]:
+    return sorted(values(rows, "format"), key=lambda f: (mbits(rows, f), f))
+
+
+def policies(rows: list[Row]) -> list[str]:
+    return sorted(values(rows, "policy"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from attnum.experiments.results import Row, metric, seed_summary, select, series, values
+from attnum.experiments.results import Row, select, series, values
 from attnum.report.plotting import (
     POLICY_COLOR,
     POLICY_MARKER,
@@ -26,12 +26,13 @@ from attnum.report.plotting import (
     spread_line,
     style_legend,
     variant_label,
+    variant_style,
 )
 from attnum.studies.paper import cells as C
-from attnum.studies.paper.budget_figure import budget_figure
+from attnum.studies.paper.budget_figure import budget_captions, budget_figures
 from attnum.studies.paper.cells import tiles_of
+from attnum.studies.paper.fig6 import effect_figure, fig6c_figure
 
-FVB = "flash_vs_baseline.max_abs"
 PAPER_GROUPS = ("fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist",
                 "eager", "attribute")
 FIGURE_CAPTIONS = {
@@ -66,7 +67,7 @@ def draw_all(rows: list[Row], out_dir: Path, progress=None) -> dict[str, list[Pa
         if paths:
             out[name] = paths
     step("error budgets")
-    for name, (paths, _caption) in _budgets(done, out_dir).items():
+    for name, (paths, _caption) in budget_figures(done, out_dir).items():
         out[name] = paths
     return out
 
@@ -75,24 +76,8 @@ def captions(rows: list[Row]) -> dict[str, str]:
     """Captions of every figure :func:`draw_all` draws for ``rows`` (without drawing)."""
     done = [r for r in rows if r.get("status") == "done"]
     out = dict(FIGURE_CAPTIONS)
-    out.update({name: cap for name, cap in _budget_captions(done).items()})
+    out.update({name: cap for name, cap in budget_captions(done).items()})
     return out
-
-
-def _mbits(rows: list[Row], fmt: str) -> float:
-    return next((m for r in rows if r["config"]["format"] == fmt and (m := metric(r, "format_bits.mbits"))), 0.0)
-
-
-def _formats_by_mbits(rows: list[Row]) -> list[str]:
-    return sorted(values(rows, "format"), key=lambda f: (_mbits(rows, f), f))
-
-
-def _policies(rows: list[Row]) -> list[str]:
-    return sorted(values(rows, "policy"))
-
-
-def _vstyle(variant: str) -> dict:
-    return {"linestyle": VARIANT_STYLE.get(variant, ":"), "marker": VARIANT_MARKER.get(variant, "x")}
 
 
 def fig3(rows: list[Row], out_dir: Path) -> list[Path]:
@@ -104,15 +89,15 @@ def fig3(rows: list[Row], out_dir: Path) -> list[Path]:
     fig, axes = panels(len(groups), title="Fig. 3: flash vs baseline deviation against mantissa bits")
     for ax, (group, title) in zip(axes[0], groups):
         sub = select(rows, group=group)
-        for policy in _policies(sub):
+        for policy in C.policies(sub):
             for variant in sorted(values(sub, "variant")):
-                pts = series(select(sub, policy=policy, variant=variant), x="format", y=FVB, by=()).get((), [])
-                pts = sorted(((_mbits(sub, f), s) for f, s in pts), key=lambda p: p[0])
+                pts = series(select(sub, policy=policy, variant=variant), x="format", y=C.FLASH_VS_BASELINE, by=()).get((), [])
+                pts = sorted(((C.mbits(sub, f), s) for f, s in pts), key=lambda p: p[0])
                 spread_line(ax, pts, label=f"policy {policy}, variant {variant}", color=POLICY_COLOR.get(policy, "k"),
                             linestyle=VARIANT_STYLE.get(variant, ":"), marker=POLICY_MARKER.get(policy, "o"))
         if group == "fig3":
-            fmts = _formats_by_mbits(sub)
-            ax.set_xticks([_mbits(sub, f) for f in fmts], [f"{f}\n({int(_mbits(sub, f))})" for f in fmts],
+            fmts = C.formats_by_mbits(sub)
+            ax.set_xticks([C.mbits(sub, f) for f in fmts], [f"{f}\n({int(C.mbits(sub, f))})" for f in fmts],
                           fontsize=7)
         log_y(ax)
         finish(ax, xlabel="mantissa bits", ylabel="max |flash - baseline|", title=title)
@@ -125,8 +110,8 @@ def fig4(rows: list[Row], out_dir: Path) -> list[Path]:
         return []
     n = max(r["config"]["seq_len"] for r in sub)
     sub = select(sub, seq_len=n)
-    fmts = _formats_by_mbits(sub)
-    pols = _policies(sub)
+    fmts = C.formats_by_mbits(sub)
+    pols = C.policies(sub)
     fig, axes = panels(len(pols), title=f"Fig. 4: deviation from the fp64 golden, N={n}", rows=2)
     for col, policy in enumerate(pols):
         ax, rax = axes[0][col], axes[1][col]
@@ -151,7 +136,7 @@ def fig4(rows: list[Row], out_dir: Path) -> list[Path]:
         for variant in sorted(values(sub, "variant")):
             ratio = series(select(sub, policy=policy, variant=variant), x="format", y="ratio.max_abs", by=()).get((), [])
             spread_line(rax, [(pos[f], s) for f, s in ratio], label=f"flash / baseline, variant {variant}",
-                        color="tab:blue" if variant == "fa2" else "tab:cyan", **_vstyle(variant))
+                        color="tab:blue" if variant == "fa2" else "tab:cyan", **variant_style(variant))
         rax.axhline(1.0, color="gray", lw=0.8)
         rax.axhline(10.0, color="gray", lw=0.8, linestyle=":")
         rax.set_xticks(range(len(fmts)), fmts)
@@ -164,14 +149,14 @@ def fig5(rows: list[Row], out_dir: Path) -> list[Path]:
     sub = select(rows, group="fig5")
     if not sub:
         return []
-    pols, fmts = _policies(sub), _formats_by_mbits(sub)
+    pols, fmts = C.policies(sub), C.formats_by_mbits(sub)
     fig, axes = panels(len(pols), title="Fig. 5: deviation against sequence length (fixed tiles)", rows=2)
     for col, policy in enumerate(pols):
         for fmt in fmts:
             for variant in sorted(values(sub, "variant")):
                 pick = select(sub, policy=policy, format=fmt, variant=variant)
-                style = {"color": format_color(fmt, fmts), **_vstyle(variant)}
-                for row, path in ((0, "flash_vs_baseline.rel_max_abs"), (1, FVB)):
+                style = {"color": format_color(fmt, fmts), **variant_style(variant)}
+                for row, path in ((0, "flash_vs_baseline.rel_max_abs"), (1, C.FLASH_VS_BASELINE)):
                     spread_line(axes[row][col], series(pick, x="seq_len", y=path, by=()).get((), []),
                                 label=f"{fmt} {variant}", **style)
         for row, (ylabel, tag) in enumerate([("max |flash - baseline| / mean |O|", "(a) relative"),
@@ -185,89 +170,12 @@ def fig5(rows: list[Row], out_dir: Path) -> list[Path]:
     return save(fig, out_dir, "fig5")
 
 
-def _paired_ratio_series(rows: list[Row], flag: str) -> list[tuple[int, dict]]:
-    """(Bc of the default point, seed summary of flag/default flash-vs-baseline max) per Bc."""
-    by_bc: dict[int, list[float]] = {}
-    rest = lambda r: tuple(sorted((k, repr(v)) for k, v in r["config"].items() if k != flag))  # noqa: E731
-    off = {rest(r): r for r in rows if not r["config"].get(flag)}
-    for r in rows:
-        if not r["config"].get(flag) or rest(r) not in off:
-            continue
-        base = off[rest(r)]
-        a, b = metric(r, FVB), metric(base, FVB)
-        if a is not None and b:
-            by_bc.setdefault(tiles_of(base)["Bc"], []).append(a / b)
-    return [(bc, seed_summary(xs)) for bc, xs in sorted(by_bc.items())]
-
-
-def _effect(rows: list[Row], out_dir: Path, group: str, flag: str, title: str) -> list[Path]:
-    sub = [r for r in select(rows, group=group) if r["config"]["format"] != "fp64"]
-    if not sub:
-        return []
-    pols, fmts = _policies(sub), _formats_by_mbits(sub)
-    fig, axes = panels(len(pols), title=title, height=4.2)
-    for ax, policy in zip(axes[0], pols):
-        for fmt in fmts:
-            for variant in sorted(values(sub, "variant")):
-                pick = select(sub, policy=policy, format=fmt, variant=variant)
-                k = fmts.index(fmt) * 2 + (variant == "fa2")  # each series nudged along x: equal lines stay visible
-                dodge = 2 ** (0.06 * (k - len(fmts)))
-                spread_line(ax, [(x * dodge, s) for x, s in _paired_ratio_series(pick, flag)],
-                            label=f"{fmt} {variant}", color=format_color(fmt, fmts), **_vstyle(variant))
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.axhspan(1 / 1.1, 1.1, color="gray", alpha=0.12, lw=0)
-        ax.set_xscale("log", base=2)
-        log_y(ax)
-        finish(ax, xlabel="Bc of the default tiles", ylabel=f"{flag} / default, max |flash - baseline|",
-               title=f"policy {policy}", legend=False)
-    style_legend(axes[0][-1], formats=fmts, order=fmts, variants=sorted(values(sub, "variant")),
-                 extra=[("no effect (1 +- 10%)", {"color": "gray", "lw": 6, "alpha": 0.3})])
-    return save(fig, out_dir, group)
-
-
-def fig6c(rows: list[Row], out_dir: Path) -> list[Path]:
-    sub = [r for r in select(rows, group="fig6c", swap_blocks=False, square=False) if r["config"]["format"] != "fp64"]
-    if not sub:
-        return []
-    pols, fmts = _policies(sub), _formats_by_mbits(sub)
-    fig, axes = panels(len(pols), title="Fig. 6c: block size", rows=2, height=3.6)
-    for col, policy in enumerate(pols):
-        for fmt in fmts:
-            for variant in sorted(values(sub, "variant")):
-                pick = select(sub, policy=policy, format=fmt, variant=variant)
-                pts = _by_bc(pick)
-                style = {"color": format_color(fmt, fmts), **_vstyle(variant)}
-                spread_line(axes[0][col], pts, label=f"{fmt} {variant}", **style)
-                if pts:
-                    ref = pts[-1][1]["median"]
-                    rel = [(bc, {k: (v / ref if k in ("median", "min", "max", "mean") else v) for k, v in s.items()})
-                           for bc, s in pts] if ref > 0 else []
-                    spread_line(axes[1][col], rel, label=f"{fmt} {variant}", **style)
-        axes[1][col].axhline(1.0, color="black", lw=0.8)
-        for row, ylabel in ((0, "max |flash - baseline|"), (1, "relative to the largest Bc")):
-            ax = axes[row][col]
-            ax.set_xscale("log", base=2)
-            log_y(ax)
-            finish(ax, xlabel="Bc (Br = min(Bc, d))", ylabel=ylabel, title=f"policy {policy}", legend=False)
-    style_legend(axes[0][-1], formats=fmts, order=fmts, variants=sorted(values(sub, "variant")))
-    return save(fig, out_dir, "fig6c")
-
-
-def _by_bc(rows: list[Row], path: str = FVB) -> list[tuple[int, dict]]:
-    by: dict[int, list[float]] = {}
-    for r in rows:
-        v, bc = metric(r, path), tiles_of(r)["Bc"]
-        if v is not None and bc:
-            by.setdefault(bc, []).append(v)
-    return [(bc, seed_summary(xs)) for bc, xs in sorted(by.items())]
-
-
 def grid(rows: list[Row], out_dir: Path) -> list[Path]:
     sub = C.unique(select(rows, group="grid") + select(rows, group="grid-dist"))
     if not sub:
         return []
     bcs = sorted({tiles_of(r)["Bc"] for r in sub})
-    pols, dists = _policies(sub), sorted(values(sub, "dist"))
+    pols, dists = C.policies(sub), sorted(values(sub, "dist"))
     cols = 2 if len(bcs) > 2 else len(bcs)  # two panels a row: the figure of the 10x finding is read large
     fig, axes = panels(cols, rows=-(-len(bcs) // cols), width=5.5, height=4.4,
                        title="Grid: flash/baseline error vs golden (bf16) against N, per Bc")
@@ -305,7 +213,7 @@ def kernels(rows: list[Row], out_dir: Path) -> list[Path]:
     n = max(r["config"]["seq_len"] for r in krows)
     krows = [r for r in krows if r["config"]["seq_len"] == n]
     comp = select(rows, group="fig4", seq_len=n)
-    fmts = sorted(values(krows, "format"), key=lambda f: (_mbits(comp, f), f))
+    fmts = sorted(values(krows, "format"), key=lambda f: (C.mbits(comp, f), f))
     names = sorted({k for r in krows for k, v in r["metrics"]["kernels"].items() if v.get("available")})
     fig, axes = panels(1, title=f"Real kernels vs emulation: deviation from the fp64 golden, N={n}", width=8)
     ax = axes[0][0]
@@ -314,7 +222,7 @@ def kernels(rows: list[Row], out_dir: Path) -> list[Path]:
         pts = series(krows, x="format", y=f"kernels.{name}.max_abs", by=()).get((), [])
         spread_line(ax, [(pos[f], s) for f, s in pts], label=f"kernel {name}", color="black",
                     linestyle=("-", "--", ":", "-.")[i % 4], marker="DvP*X"[i % 5])
-    for policy in _policies(comp):
+    for policy in C.policies(comp):
         pick = select(comp, policy=policy, variant="fa2")
         pts = series(pick, x="format", y="flash_vs_golden.max_abs", by=()).get((), [])
         spread_line(ax, [(pos[f], s) for f, s in pts if f in pos], label=f"emulated flash ({variant_label('fa2')}), "
@@ -328,44 +236,13 @@ def kernels(rows: list[Row], out_dir: Path) -> list[Path]:
     return save(fig, out_dir, "kernels")
 
 
-def _budget_name(row: Row) -> str:
-    c = row["config"]
-    return f"budget-{c['policy']}-{c['variant']}-N{c['seq_len']}-Bc{tiles_of(row)['Bc']}-s{c['seed']}".replace(",", "_")
-
-
-def _budget_captions(rows: list[Row]) -> dict[str, str]:
-    out = {}
-    for r in rows:
-        if r.get("kind") == "attribute" and r.get("metrics"):
-            c, m = r["config"], r["metrics"]
-            base = m.get("baseline_policy")
-            out[_budget_name(r)] = (f"Error budget per rounding site: policy {m.get('policy')}"
-                                    + (f", baseline {base}" if base and base != m.get("policy") else "")
-                                    + f", variant {c['variant']}, N={c['seq_len']}, Bc={tiles_of(r)['Bc']}, "
-                                    f"{c.get('dist', 'normal')} inputs, seed {c['seed']} ({m['metric']} vs golden; "
-                                    f"exact = {m['carrier']}, the carrier).")
-    return out
-
-
-def _budgets(rows: list[Row], out_dir: Path) -> dict[str, tuple[list[Path], str]]:
-    caps = _budget_captions(rows)
-    out = {}
-    for r in rows:
-        if r.get("kind") == "attribute" and r.get("metrics"):
-            name = _budget_name(r)
-            paths = budget_figure(r["metrics"], out_dir, name, title=caps[name].split(" (")[0])
-            if paths:
-                out[name] = (paths, caps[name])
-    return out
-
-
 _FIGURES: dict[str, Callable[[list[Row], Path], list[Path]]] = {
     "fig3": fig3,
     "fig4": fig4,
     "fig5": fig5,
-    "fig6a": lambda r, d: _effect(r, d, "fig6a", "swap_blocks", "Fig. 6a: swapped block dimensions"),
-    "fig6b": lambda r, d: _effect(r, d, "fig6b", "square", "Fig. 6b: square tiles"),
-    "fig6c": fig6c,
+    "fig6a": lambda r, d: effect_figure(r, d, "fig6a", "swap_blocks", "Fig. 6a: swapped block dimensions"),
+    "fig6b": lambda r, d: effect_figure(r, d, "fig6b", "square", "Fig. 6b: square tiles"),
+    "fig6c": fig6c_figure,
     "grid": grid,
     "kernels": kernels,
 }

@@ -30,15 +30,15 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from attnum.experiments.results import Row, geomean, metric, seed_summary, spearman
+from attnum.experiments.results import Row, metric, seed_summary, spearman
 from attnum.studies.paper import cells as C
+from attnum.studies.paper.cells import Cell
+from attnum.studies.paper.flag_claims import square_cells, swap_cells
 from attnum.studies.registry import Finding
 
 TREND_RHO = 0.8
 TEN_X_BAND = (10 / math.sqrt(10), 10 * math.sqrt(10))
-EFFECT = 1.1
 HEADLINE_FORMAT = "bf16"  # the paper's low-precision focus
-FLASH_VS_BASELINE = "flash_vs_baseline.max_abs"
 REL_MAX, REL_MEAN = "flash_vs_baseline.rel_max_abs", "flash_vs_baseline.rel_mean_abs"
 GRID = ("grid", "grid-dist")  # the profile's groups over N, Bc, policy, variant and distribution
 
@@ -54,15 +54,6 @@ BY_CONSTRUCTION = {
     "square": "holds by construction in the forward pass: square tiles set Br = Bc and leave Bc unchanged, and "
               "in the forward pass only Bc enters a row's arithmetic (query blocks are independent)",
 }
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Cell:
-    coords: dict[str, Any]
-    verdict: str
-    value: float  # the number the rule judged
-    text: str
-    numbers: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -166,22 +157,9 @@ def _overall(verdicts: list[str]) -> str:
     return "mixed"
 
 
-def _trend(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
-
-
-def _select(rows: list[Row], groups: tuple[str, ...], **config: Any) -> list[Row]:
-    return [r for r in rows if set(r.get("groups", ())) & set(groups)
-            and all(r["config"].get(k) == v for k, v in config.items())]
-
-
 def _median(rows: list[Row], path: str) -> float | None:
     xs = [v for r in rows if (v := metric(r, path)) is not None and math.isfinite(v)]
     return statistics.median(xs) if xs else None
-
-
-def _none(text: str) -> list[Cell]:
-    return [Cell(coords={}, verdict="not tested", value=math.nan, text=text)]
 
 
 def _trend_cells(rows: list[Row], x: str, paths: tuple[str, ...], sign: int, *, exclude: tuple[str, ...] = (),
@@ -209,7 +187,7 @@ def _trend_cells(rows: list[Row], x: str, paths: tuple[str, ...], sign: int, *, 
                 f"{x1} ({y1 / y0 if y0 else math.inf:.2g}x); "
                 + ", ".join(f"rho({p.split('.', 1)[1]}) = {r:.2f}" for p, r in rhos.items())
                 + f" over {len(first)} values")
-        out.append(Cell(coords=coords, verdict=_trend(holds), value=rhos[paths[0]], text=text,
+        out.append(Cell(coords=coords, verdict=C.trend_verdict(holds), value=rhos[paths[0]], text=text,
                         numbers={"rho": rhos[paths[0]], **{f"rho_{p}": r for p, r in rhos.items()},
                                  "growth": y1 / y0 if y0 else math.inf}))
     return out
@@ -219,16 +197,16 @@ def _mantissa(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
     out = []
     for group in ("fig3", "fig3-e8", "fig3-e11"):
         sub = [dict(r, config={**r["config"], "mbits": int(metric(r, "format_bits.mbits") or 0)})
-               for r in _select(rows, (group,))]
-        for c in _trend_cells(sub, "mbits", (FLASH_VS_BASELINE,), -1, exclude=("format",), x_label="mantissa bits"):
+               for r in C.select(rows, (group,))]
+        for c in _trend_cells(sub, "mbits", (C.FLASH_VS_BASELINE,), -1, exclude=("format",), x_label="mantissa bits"):
             out.append(dataclasses.replace(c, coords={"group": group, **c.coords}))
-    return "rho", out or _none("no rows in groups fig3, fig3-e8, fig3-e11")
+    return "rho", out or C.not_tested("no rows in groups fig3, fig3-e8, fig3-e11")
 
 
 def _ten_x(rows: list[Row], attribute: list[Row]) -> tuple[str, list[Cell]]:
-    sub = _select(rows, ("fig4", *GRID, "eager"), format=HEADLINE_FORMAT)
+    sub = C.select(rows, ("fig4", *GRID, "eager"), format=HEADLINE_FORMAT)
     if not sub:
-        return "ratio", _none(f"no {HEADLINE_FORMAT} rows in groups fig4, {', '.join(GRID)}, eager")
+        return "ratio", C.not_tested(f"no {HEADLINE_FORMAT} rows in groups fig4, {', '.join(GRID)}, eager")
     fields = C.cell_fields(sub, exclude=("format",))
     out = []
     for key, cell_rows in C.split(sub, fields).items():
@@ -256,7 +234,7 @@ def _ten_x(rows: list[Row], attribute: list[Row]) -> tuple[str, list[Cell]]:
         if tc:
             numbers["Tc"] = int(tc)
             text += f"; Tc = {int(tc)} KV tiles per row"
-        out.append(Cell(coords=coords, verdict=_trend(TEN_X_BAND[0] <= ratio <= TEN_X_BAND[1]), value=ratio,
+        out.append(Cell(coords=coords, verdict=C.trend_verdict(TEN_X_BAND[0] <= ratio <= TEN_X_BAND[1]), value=ratio,
                         text=text, numbers=numbers))
     return "median per-seed ratio", out
 
@@ -273,92 +251,25 @@ def _dominant(attribute: list[Row], like: Row) -> str | None:
 
 
 def _seq_len(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
-    sub = _select(rows, ("fig5", *GRID))
+    sub = C.select(rows, ("fig5", *GRID))
     if not sub:
-        return "rho", _none(f"no rows in groups fig5, {', '.join(GRID)}")
+        return "rho", C.not_tested(f"no rows in groups fig5, {', '.join(GRID)}")
     return "rho(rel max)", _trend_cells(sub, "seq_len", (REL_MAX, REL_MEAN), +1, x_label="N")
 
 
 def _tiles(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
-    sub = [r for r in _select(rows, ("fig6c", *GRID)) if not r["config"].get("swap_blocks")
+    sub = [r for r in C.select(rows, ("fig6c", *GRID)) if not r["config"].get("swap_blocks")
            and not r["config"].get("square") and r["config"]["format"] != "fp64"]
     if not sub:
-        return "rho", _none(f"no rows in groups fig6c, {', '.join(GRID)}")
-    return "rho", _trend_cells(sub, "Bc", (FLASH_VS_BASELINE,), -1, exclude=("Br",))
-
-
-def _pairs(rows: list[Row], flag: str) -> dict[tuple, dict[bool, Row]]:
-    pairs: dict[tuple, dict[bool, Row]] = {}
-    for r in rows:
-        rest = tuple(sorted((k, repr(v)) for k, v in r["config"].items() if k != flag))
-        pairs.setdefault(rest, {})[bool(r["config"].get(flag))] = r
-    return {k: p for k, p in pairs.items() if True in p and False in p}
-
-
-def _ratio(a: Row, b: Row) -> float | None:
-    x, y = metric(a, FLASH_VS_BASELINE), metric(b, FLASH_VS_BASELINE)
-    return x / y if x is not None and y else None
-
-
-def _flag_cells(rows: list[Row], group: str, flag: str, same_bc: list[Row] | None = None) -> list[Cell]:
-    sub = [r for r in _select(rows, (group,)) if r["config"]["format"] != "fp64"]
-    fields = C.cell_fields(sub, exclude=(flag, "Bc", "Br"))
-    out = []
-    for key, cell_rows in C.split(sub, fields).items():
-        coords = dict(zip(fields, key))
-        changed = [p for p in _pairs(cell_rows, flag).values() if C.tiles_of(p[True]) != C.tiles_of(p[False])]
-        ratios = [x for p in changed if (x := _ratio(p[True], p[False])) is not None]
-        if not ratios:
-            out.append(Cell(coords=coords, verdict="not tested", value=math.nan,
-                            text=f"{C.describe(coords)}: no pair where {flag} changed the tiles"))
-            continue
-        g = geomean(ratios)
-        bcs = sorted({(C.tiles_of(p[False])["Bc"], C.tiles_of(p[True])["Bc"]) for p in changed})
-        text = (f"{C.describe(coords)}: {flag}/default max |flash - baseline| geometric mean {g:.2f}x over "
-                f"{len(ratios)} pairs (pooled over the SRAM sizes and seeds; Bc "
-                + ", ".join(f"{a}->{b}" for a, b in bcs) + ")")
-        numbers = {"geomean_ratio": g, "pairs": len(ratios)}
-        if flag == "square":
-            same = all(a == b for a, b in bcs)
-            verdict = "holds by construction" if same and 1 / EFFECT <= g <= EFFECT else "does not hold"
-        else:
-            verdict = _trend(g > EFFECT)
-            eq = [x for p in changed if (x := _same_bc_ratio(p[True], same_bc or [])) is not None]
-            if eq:
-                ge = geomean(eq)
-                numbers["same_bc_ratio"] = ge
-                text += (f"; swapped vs unswapped at the same Bc: {ge:.2f}x over {len(eq)} pairs, so the swap acts "
-                         "only through the Bc it sets" if 1 / EFFECT <= ge <= EFFECT else
-                         f"; swapped vs unswapped at the same Bc: {ge:.2f}x over {len(eq)} pairs")
-        out.append(Cell(coords=coords, verdict=verdict, value=g, text=text, numbers=numbers))
-    return out
-
-
-def _same_bc_ratio(swapped: Row, pool: list[Row]) -> float | None:
-    """swapped / the unswapped point equal in everything but the tile fields, with the same Bc."""
-    want = C.tiles_of(swapped)["Bc"]
-    rest = {k: v for k, v in swapped["config"].items() if k not in C.TILE_FIELDS}
-    for r in pool:
-        if (not r["config"].get("swap_blocks") and not r["config"].get("square") and C.tiles_of(r)["Bc"] == want
-                and all(r["config"].get(k) == v for k, v in rest.items())):
-            return _ratio(swapped, r)
-    return None
-
-
-def _swap(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
-    pool = _select(rows, ("fig6a", "fig6c"))
-    return "geomean swapped/normal", _flag_cells(rows, "fig6a", "swap_blocks", pool) or _none("no rows in fig6a")
-
-
-def _square(rows: list[Row], _attr: list[Row]) -> tuple[str, list[Cell]]:
-    return "geomean square/default", _flag_cells(rows, "fig6b", "square") or _none("no rows in fig6b")
+        return "rho", C.not_tested(f"no rows in groups fig6c, {', '.join(GRID)}")
+    return "rho", _trend_cells(sub, "Bc", (C.FLASH_VS_BASELINE,), -1, exclude=("Br",))
 
 
 _CHECKS: dict[str, Callable[[list[Row], list[Row]], tuple[str, list[Cell]]]] = {
     "mantissa": _mantissa,
     "ten_x": _ten_x,
     "seq_len": _seq_len,
-    "swap": _swap,
-    "square": _square,
+    "swap": swap_cells,
+    "square": square_cells,
     "tiles": _tiles,
 }
