@@ -121,6 +121,15 @@ def test_backward_never_builds_full_score_matrix(monkeypatch):
         return real(q, k, *a, **kw)
 
     monkeypatch.setattr(steps, "scores", spy)
+    from attnum.attention import fused
+
+    real_fused = fused.backward_tile
+
+    def spy_fused(q, k, *a):  # the compiled tile step (same bits as the unfused one)
+        widths.append(k.shape[-2])
+        return real_fused(q, k, *a)
+
+    monkeypatch.setattr(fused, "backward_tile", spy_fused)
     B, H, N, S, d = 1, 2, 64, 100, 8
     q, k, v, do = (torch.randn(B, H, n, d, dtype=torch.float64) for n in (N, S, S, N))
     out, lse = attnum.golden_attention(q, k, v, return_lse=True)

@@ -41,6 +41,10 @@ def capture_exp(monkeypatch):
         return out
 
     monkeypatch.setattr(steps, "round_site_", spy)
+    monkeypatch.setenv("ATTNUM_JIT", "0")  # the unfused reference step (the fused one: same bits, test_fused.py)
+    from attnum.attention import flash_forward
+
+    monkeypatch.setattr(flash_forward, "ROW_BLOCK_ELEMS", 1 << 40)  # whole tiles, one per step (no row blocks)
     return seen
 
 

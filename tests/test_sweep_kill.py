@@ -103,7 +103,8 @@ def test_ctrl_c_with_jobs2_marks_run_interrupted_and_resumes(tmp_path):
 
 
 def _children(pid: int) -> list[int]:
-    """Worker processes (spawned by multiprocessing) whose parent is ``pid``."""
+    """Worker processes (forked or spawned by multiprocessing) whose parent is ``pid``; not the
+    resource tracker that spawn starts."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -111,7 +112,7 @@ def _children(pid: int) -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid and b"spawn_main" in cmdline:
+        if int(fields[1]) == pid and b"resource_tracker" not in cmdline:
             out.append(int(stat.parent.name))
     return out
 

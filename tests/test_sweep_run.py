@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
-from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, run_cli, write_spec
+from _sweep_helpers import CLI, TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, cli_env, write_spec
 
 from attnum.attention import golden_attention
 from attnum.executors import SweepOptions, run_sweep
@@ -97,7 +100,11 @@ def test_failing_point_recorded_and_sweep_continues(tmp_path, monkeypatch):
 
 def test_jobs2_process_pool_stores_the_same_numbers(tiny_run, tmp_path):
     spec, _, out = tiny_run
-    run_cli("sweep", write_spec(tmp_path), "--out", tmp_path / "out2", "--jobs", "2", "--quiet")
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "sweep", str(write_spec(tmp_path)), "--out", str(tmp_path / "out2"),
+                             "--jobs", "2", "--quiet"], env=cli_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.wait(timeout=240) == 0, proc.stderr.read()
+    assert _process_group(proc.pid) == []  # no worker (nor multiprocessing's resource tracker) outlives the sweep
     with open_store(out) as a, open_store(tmp_path / "out2") as b:
         ra = {r["key"]: r["metrics"] for r in a.rows()}
         rb = {r["key"]: r["metrics"] for r in b.rows()}
@@ -105,6 +112,18 @@ def test_jobs2_process_pool_stores_the_same_numbers(tiny_run, tmp_path):
     strip = lambda m: {k: v for k, v in m.items() if k != "timing_s"}
     assert {k: strip(v) for k, v in ra.items()} == {k: strip(v) for k, v in rb.items()}
     assert len(workers) == 2  # two worker processes did the work
+
+
+def _process_group(pgid: int) -> list[str]:
+    """Processes still in process group ``pgid`` (Linux /proc; [] elsewhere)."""
+    left = []
+    for d in (os.listdir("/proc") if os.path.isdir("/proc") else []):
+        try:
+            if d.isdigit() and int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[2]) == pgid:
+                left.append(open(f"/proc/{d}/comm").read().strip())
+        except (OSError, ValueError, IndexError):
+            pass
+    return left
 
 
 def test_runs_and_export(tiny_run, tmp_path, capsys):

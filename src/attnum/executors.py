@@ -20,9 +20,9 @@ from attnum.errors import bad_value
 from attnum.eta import CostModel
 from attnum.experiments.point_runner import run_point
 from attnum.experiments.spec import SweepSpec
-from attnum.processes import die_with_parent
 from attnum.report.progress import SweepProgress
 from attnum.store import Store
+from attnum.worker_start import POINT_THREADS, init_worker, package_root, start_method
 
 EXECUTORS = ("local", "ray")
 
@@ -179,13 +179,7 @@ def _execute(todo: list[Any], kernels: tuple[str, ...], options: SweepOptions,
         return _ray(todo, kernels, options.jobs, stop)
     if options.jobs == 1:
         return _in_process(todo, kernels)
-    return _pool(todo, kernels, options.jobs, stop)
-
-
-# Every point runs single-threaded and parallelism comes from running points side by side: the
-# emulation is many small tensor ops, where torch's intra-op threads cost more than they give
-# (measured on 2 busy cores: an N=4096 point took 1.0 s with 1 thread, 3.9 s with 2).
-POINT_THREADS = 1
+    return _PoolRun(todo, kernels, options.jobs, stop)
 
 
 def _in_process(todo: list[Any], kernels: tuple[str, ...]) -> Iterator[tuple[Any, dict]]:
@@ -203,63 +197,110 @@ def _in_process(todo: list[Any], kernels: tuple[str, ...]) -> Iterator[tuple[Any
 # ---- process pool ----------------------------------------------------------------------------
 
 
-def _init_worker(threads: int, path_entries: list[str], driver_pid: int) -> None:
-    # A worker dies with its driver, even a SIGKILLed one (else it lingers, ~250 MB, holding the
-    # driver's stdout), and leaves Ctrl-C to the driver, which stops it.
-    die_with_parent(driver_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # spawn starts a fresh interpreter: give it our import path, and one thread per worker
-    # rather than let every worker's torch grab every core.
-    for entry in reversed(path_entries):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    import torch
+class _PoolRun:
+    """The process pool's results, as an iterator with ``close()``.
 
-    torch.set_num_threads(threads)
+    The workers start, and take their first points, when it is made: before the driver starts its
+    progress display, so a fork happens while the driver has one thread (see
+    :mod:`attnum.worker_start`) and the workers' start overlaps the driver's own. ``close()`` stops
+    the workers whether or not the iteration began; no worker outlives the sweep.
+    """
 
+    def __init__(self, todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> None:
+        from concurrent.futures import ProcessPoolExecutor
 
-def _pool(todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: _Interrupts) -> Iterator[tuple[Any, dict]]:
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+        ctx = multiprocessing.get_context(start_method(todo))
+        self._new_pool = lambda: ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker,
+                                                     initargs=(POINT_THREADS, [package_root()], os.getpid()))
+        self._tracker_was_running = _tracker_running()
+        self._kernels, self._stop = kernels, stop
+        self._pending: dict[Any, Any] = {}
+        self._queue = list(reversed(todo))
+        self._window = 4 * jobs  # bounded in flight: Ctrl-C loses at most these, and memory stays flat
+        self._pool = self._new_pool()
+        self._gen = self._results()
+        try:
+            self._fill()
+        except BaseException:
+            self.close()
+            raise
 
-    ctx = multiprocessing.get_context("spawn")  # fork after torch init is unsafe; spawn works everywhere
+    def __iter__(self) -> Iterator[tuple[Any, dict]]:
+        return self._gen
 
-    def new_pool() -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(POINT_THREADS, [_package_root()], os.getpid()))
+    def __next__(self) -> tuple[Any, dict]:
+        return next(self._gen)
 
-    pool = new_pool()
-    pending: dict[Any, Any] = {}
-    queue = list(reversed(todo))
-    window = 4 * jobs  # bounded in flight: Ctrl-C loses at most these, and memory stays flat
-    try:
-        while queue or pending:
-            while queue and len(pending) < window:
-                p = queue.pop()
-                pending[pool.submit(run_point, p.config(), kernels)] = p
-            finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            stop.check()
-            broken = False
-            for fut in finished:
-                p = pending.pop(fut)
-                try:
-                    result = fut.result()
-                except BrokenProcessPool as err:
-                    broken = True
-                    result = _lost(p, f"worker process died ({err}); rerun the sweep to retry")
-                yield p, result
-            if broken:
-                # Which point killed its worker (out of memory, a signal) is unknown: every point in
-                # flight is recorded as failed, so a resume retries them, and a fresh pool goes on.
-                for p in pending.values():
-                    yield p, _lost(p, "worker pool broke while this point ran; rerun the sweep to retry")
-                pending.clear()
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = new_pool()
-    finally:
-        if pending:  # interrupted, or the consumer failed: stop the points in flight now
+    def close(self) -> None:
+        self._gen.close()  # runs the generator's finally if it started
+        self._shut()  # else here (a no-op once done)
+
+    def _fill(self) -> None:
+        while self._queue and len(self._pending) < self._window:
+            p = self._queue.pop()
+            self._pending[self._pool.submit(run_point, p.config(), self._kernels)] = p
+
+    def _results(self) -> Iterator[tuple[Any, dict]]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        pending = self._pending
+        try:
+            while self._queue or pending:
+                self._fill()
+                finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                self._stop.check()
+                broken = False
+                for fut in finished:
+                    p = pending.pop(fut)
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool as err:
+                        broken = True
+                        result = _lost(p, f"worker process died ({err}); rerun the sweep to retry")
+                    yield p, result
+                if broken:
+                    # Which point killed its worker (out of memory, a signal) is unknown: every point in
+                    # flight is recorded as failed, so a resume retries them, and a fresh pool goes on.
+                    for p in pending.values():
+                        yield p, _lost(p, "worker pool broke while this point ran; rerun the sweep to retry")
+                    pending.clear()
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = self._new_pool()
+        finally:
+            self._shut()
+
+    def _shut(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        procs = list(getattr(pool, "_processes", {}).values())
+        if self._pending:  # interrupted, or the consumer failed: stop the points in flight now
             _stop_workers(pool)
-        pool.shutdown(wait=not pending, cancel_futures=True)
+        pool.shutdown(wait=not self._pending, cancel_futures=True)
+        for proc in procs:  # no worker outlives its sweep, not even as a zombie
+            proc.join(timeout=10)
+        if not self._tracker_was_running:  # spawn started multiprocessing's resource tracker: stop it too
+            _stop_tracker()
+
+
+def _tracker_running() -> bool:
+    from multiprocessing import resource_tracker
+
+    return getattr(resource_tracker._resource_tracker, "_pid", None) is not None
+
+
+def _stop_tracker() -> None:
+    """Stop the resource-tracker process the pool's spawn started (it would live on as a child of
+    the driver, then a few ms past its exit); nothing is registered with it once the pool is joined."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except (OSError, ChildProcessError, TypeError):  # TypeError: a tracker stopped meanwhile
+            pass
 
 
 def _stop_workers(pool) -> None:
@@ -344,7 +385,7 @@ def _ray_init(ray: Any, jobs: int, stop: _Interrupts) -> None:
     if address is None:
         # A local instance: workers need our import path; a real cluster must have attnum installed.
         kwargs["num_cpus"] = jobs if jobs > 1 else None  # --jobs 1 (the default): every CPU here
-        path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH")]))
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
     constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
     if hasattr(constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"):
@@ -361,10 +402,3 @@ def _ray_init(ray: Any, jobs: int, stop: _Interrupts) -> None:
         raise KeyboardInterrupt("SIGTERM") from None
     finally:
         stop.reinstall()
-
-
-def _package_root() -> str:
-    import attnum
-
-    return str(Path(attnum.__file__).resolve().parent.parent)
-

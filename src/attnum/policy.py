@@ -45,6 +45,7 @@ division) runs in float32 as real kernels do -- else float64.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -110,7 +111,7 @@ class Policy:
                                        "of log2 units (FA4: 8.0), or none")
             object.__setattr__(self, "rescale_threshold", float(t))
 
-    @property
+    @functools.cached_property  # frozen: computed once per policy (asked for on every tile)
     def carrier(self) -> torch.dtype:
         """float32 when everything fits in fp32 and matmuls accumulate natively in fp32."""
         fits = all(getattr(self, s).fits_in(_FP32) for s in SITES)

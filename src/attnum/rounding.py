@@ -10,6 +10,9 @@ Paths:
 - generic: ``frexp`` -> exponent clamped at the subnormal boundary -> scale so the format's
   quantum is 1 -> round to an integer (``torch.round`` is ties-to-even) -> scale back -> apply the
   format's overflow rule. Every step but the integer rounding is exact in the carrier.
+- compiled (nearest-even and toward-zero, CPU, every format that fits the carrier): one pass of
+  :mod:`attnum.jit` computing the same bits from the IEEE fields; the torch paths below stay the
+  reference (``ATTNUM_JIT=0`` selects them) and the tests hold the two equal.
 - native (nearest-even only): bf16 and fp16 from a float32 carrier use torch's cast, which rounds
   float32 correctly; from a float64 carrier the value is first rounded *to odd* into float32 (which
   keeps >= 2 more bits than the target, so the following nearest-even cast is correct).
@@ -21,6 +24,7 @@ from typing import Literal
 
 import torch
 
+from attnum import jit
 from attnum.errors import AttnumInputError
 from attnum.formats import PRESETS, FloatFormat, get_format
 from attnum.workspace import FRESH, Workspace
@@ -62,6 +66,11 @@ def round_to(
     if fmt.fits_in(carrier):
         if fmt == carrier:
             return x
+        if _compiled(x, fmt, mode):
+            src = x.detach().contiguous()
+            out = torch.empty_like(src)
+            jit.round_array_(src.view(-1).numpy(), out.view(-1).numpy(), fmt, mode, saturate)
+            return out
         native = _NATIVE.get(fmt)
         if mode == "nearest_even" and native is not None:
             return _round_native(x, native, fmt, saturate)
@@ -70,6 +79,16 @@ def round_to(
         if x.dtype == torch.float32 and _e8_bits_ok(fmt, mode, saturate):
             return _round_e8_bits(x, fmt.mbits)
     return round_generic(x, fmt, mode, generator=generator, saturate=saturate)
+
+
+def _compiled(x: torch.Tensor, fmt: FloatFormat, mode: str) -> bool:
+    """The compiled one-pass kernel applies: a plain CPU tensor (no subclass: fake and distributed
+    tensors keep torch's ops), a mode it has, no autograd graph to record, and not float64 -> fp32
+    (one torch cast is already a single correct rounding)."""
+    return (jit.enabled() and type(x) in (torch.Tensor, torch.nn.Parameter) and x.device.type == "cpu"
+            and mode in jit.MODE_CODES and x.numel() > 0
+            and not (x.requires_grad and torch.is_grad_enabled()) and not x.is_neg() and not x.is_conj()
+            and not (fmt == _FP32 and mode == "nearest_even"))
 
 
 def _e8_bits_ok(fmt: FloatFormat, mode: str, saturate: bool) -> bool:
@@ -136,6 +155,10 @@ def round_to_(
         return x
     if x.dtype not in _CARRIERS or not fmt.fits_in(carrier) or not x.is_contiguous():
         return round_to(x, fmt, mode, generator=generator, saturate=saturate)
+    if _compiled(x, fmt, mode):
+        flat = x.detach().view(-1).numpy()
+        jit.round_array_(flat, flat, fmt, mode, saturate)
+        return x
     native = _NATIVE.get(fmt)
     if mode == "nearest_even" and native is not None and x.dtype == torch.float32 and not saturate:
         buf = workspace.get("round.native", x.shape, native, x.device)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnum.attention import masks, steps
+from attnum.attention import fused, masks, steps
 from attnum.attention.flash_forward import VARIANTS, flash_forward, kv_tile_order
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
@@ -104,17 +104,26 @@ def flash_backward(
     dq = torch.zeros(B, H, N, d, dtype=c, device=q.device)
     dk = torch.empty(B, H, S, d, dtype=c, device=q.device)
     dvv = torch.empty(B, H, S, dv, dtype=c, device=q.device)
-    for j in kv_tile_order(max(1, math.ceil(S / Bc)), kv_order):  # Algorithm 2's outer loop (lines 6-7)
-        j0, j1 = j * Bc, min(S, (j + 1) * Bc)
-        k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]
-        s_j = steps.scores(q, k_j, scale, mk.tile(0, N, j0, j1, c, q.device), policy)
-        p_j = policy.round("exp", torch.exp(s_j - lse))  # line 11: P = exp(S - L)
-        p_in = policy.round("probs", p_j)
-        dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)  # line 12
-        dp_j = policy.round("scores", steps.matmul(do, v_j.transpose(-1, -2), policy))  # line 13
-        ds_j = policy.round("probs", p_j * (dp_j - D_BHN1))  # line 14
-        dq = policy.round("acc", dq + policy.round("acc", steps.matmul(ds_j, k_j, policy)))  # line 15
-        dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)  # line 16
+    fuse = fused.why_unfused(policy, q.device) is None and S > 0  # compiled passes, same bits (fused.py)
+    with steps.elementwise_single_thread():
+        for j in kv_tile_order(max(1, math.ceil(S / Bc)), kv_order):  # Algorithm 2's outer loop (lines 6-7)
+            j0, j1 = j * Bc, min(S, (j + 1) * Bc)
+            k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]
+            if fuse:
+                p_j, p_in, ds_j = fused.backward_tile(q, k_j, v_j, do, mk.tile(0, N, j0, j1, c, q.device), scale, lse,
+                                                      D_BHN1, policy)
+                dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)
+                dq = fused.acc_add_(dq, steps.matmul(ds_j, k_j, policy), policy)
+                dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)
+                continue
+            s_j = steps.scores(q, k_j, scale, mk.tile(0, N, j0, j1, c, q.device), policy)
+            p_j = policy.round("exp", torch.exp(s_j - lse))  # line 11: P = exp(S - L)
+            p_in = policy.round("probs", p_j)
+            dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)  # line 12
+            dp_j = policy.round("scores", steps.matmul(do, v_j.transpose(-1, -2), policy))  # line 13
+            ds_j = policy.round("probs", p_j * (dp_j - D_BHN1))  # line 14
+            dq = policy.round("acc", dq + policy.round("acc", steps.matmul(ds_j, k_j, policy)))  # line 15
+            dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)  # line 16
     if G != H:  # GQA: a KV head's gradient is the sum over the query heads that read it
         dk = dk.view(B, G, H // G, S, d).sum(dim=2)
         dvv = dvv.view(B, G, H // G, S, dv).sum(dim=2)

@@ -5,8 +5,10 @@ Shape alphabet: B batch, H heads, N queries, S keys (or a block of Bc keys), d h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 
 import torch
 
@@ -50,8 +52,42 @@ def no_autocast(fn):
     return wrapper
 
 
+_OUTER = threading.local()  # the caller's intra-op thread count while a tile step runs single-threaded
+
+
+@contextlib.contextmanager
+def elementwise_single_thread():
+    """Run a tile step's element-wise ops on one intra-op thread; :func:`matmul` alone uses the
+    caller's threads. A 32k-element exp split across threads waits on the hand-off (2.5-8 ms per op
+    measured on a busy 2-core machine), and torch's vectorized loops treat each thread's last
+    elements separately, so one thread also keeps the bits independent of the thread count."""
+    n = torch.get_num_threads()
+    if n == 1 or getattr(_OUTER, "n", None):
+        yield
+        return
+    _OUTER.n = n
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+        _OUTER.n = None
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None,
            rnd=round_to) -> torch.Tensor:
+    outer = getattr(_OUTER, "n", None)
+    if outer and a.device.type == "cpu":
+        torch.set_num_threads(outer)
+        try:
+            return _matmul(a, b, policy, out, rnd)
+        finally:
+            torch.set_num_threads(1)
+    return _matmul(a, b, policy, out, rnd)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None,
+            rnd=round_to) -> torch.Tensor:
     """a @ b under the policy's accumulation model (unrounded at the output site).
 
     exact/native: one BLAS call in the carrier. emulated: the reduction dimension is summed

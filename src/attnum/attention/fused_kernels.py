@@ -1,0 +1,134 @@
+"""The compiled passes of a fused flash tile step (numba); the steps that call them are :mod:`attnum.attention.fused`.
+
+Shape alphabet: B batch, H heads, N queries, C keys in the tile (Bc), dv value dim, R = B*H*N rows.
+
+Every operation is the one the unfused step does, in the same order and in the carrier's dtype (an
+IEEE operation gives the same bits whichever program performs it); every rounding is
+:func:`attnum.jit.round_scalar`, bit-for-bit :func:`attnum.round_to`. A site is passed as the tuple
+``(identity, *jit.rne_args(fmt))`` (:func:`site_args`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from attnum import jit
+
+if jit.numba is not None:
+    from numba import njit, types
+    from numba.extending import overload
+
+    from attnum.jit import rne
+
+    def as_carrier(v, like):
+        """``v`` converted to the dtype of ``like`` (a carrier scalar): exact for values on a site's grid."""
+
+    @overload(as_carrier)
+    def _as_carrier(v, like):
+        if like == types.float32:
+            return lambda v, like: np.float32(v)
+        return lambda v, like: np.float64(v)
+
+    @njit(inline="always", cache=True, error_model="numpy")
+    def _rnd(x, a):
+        """x (a carrier scalar) rounded at the site ``a``; the result in the carrier."""
+        if a[0]:
+            return x
+        return as_carrier(rne(np.float64(x), a[1], a[2], a[3], a[4], a[5], a[6], a[7]), x)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def scores_(s, scale, use_scale, sc, add, use_add, keep, use_keep):
+        """In place on the score tile s (B, H, N, C) just out of the matmul: times ``scale``, rounded at
+        ``scores`` (``sc``), plus the additive mask and rounded again, -inf where ``keep`` is False."""
+        B, H, N, C = s.shape
+        ninf = as_carrier(-np.inf, scale)
+        for b in range(B):
+            for h in range(H):
+                for n in range(N):
+                    row = s[b, h, n]
+                    for j in range(C):
+                        v = row[j]
+                        if use_scale:
+                            v = v * scale
+                        v = _rnd(v, sc)
+                        if use_add:
+                            v = _rnd(v + add[b, h, n, j], sc)
+                        if use_keep and not keep[b, h, n, j]:
+                            v = ninf
+                        row[j] = v
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def shift_(s, m_blk, m_old, fa2, qy, tol, limit):
+        """Rows of s (R, C) minus their shift, in place. m_blk (R,): the row max (torch's amax), replaced
+        by Qiu-Yao's shift when ``qy``; the shift is safe(max(m_old, m~)) (``fa2``) or safe(m~) (fa1)."""
+        R, C = s.shape
+        if R == 0:
+            return
+        zero = as_carrier(0.0, m_blk[0])
+        nan = as_carrier(np.nan, m_blk[0])
+        for r in range(R):
+            mx = m_blk[r]
+            if qy:
+                near = 0
+                for j in range(C):
+                    near += mx - s[r, j] <= tol
+                if near > 1 and abs(mx) <= limit:
+                    mx = mx * 2 if mx > 0 else zero
+                    m_blk[r] = mx
+            mn = mx
+            if fa2:
+                mo = m_old[r]
+                mn = nan if (mo != mo or mn != mn) else (mo if mo > mn else mn)
+            mn = zero if mn == -np.inf else mn
+            for j in range(C):
+                s[r, j] = s[r, j] - mn
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def sub_rows_(s, x):
+        """s (R, C) <- s - x[r] per row, in place (the backward's S - LSE)."""
+        R, C = s.shape
+        for r in range(R):
+            for j in range(C):
+                s[r, j] = s[r, j] - x[r]
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def ds_(dp, p, D, sc, pr):
+        """dS (R, C) <- round(P * (round(dP, scores) - D), probs) in place in dp; D (R,)."""
+        R, C = dp.shape
+        for r in range(R):
+            dr = D[r]
+            for j in range(C):
+                dp[r, j] = _rnd(p[r, j] * (_rnd(dp[r, j], sc) - dr), pr)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def round_(p, site):
+        """p (flat) rounded at ``site`` in place."""
+        for i in range(p.size):
+            p[i] = _rnd(p[i], site)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def acc_update_(acc, alpha, pv, ac):
+        """acc (R, dv) <- round(round(acc * alpha, acc) + round(pv, acc), acc); alpha (R,)."""
+        R, D = acc.shape
+        for r in range(R):
+            a = alpha[r]
+            for c in range(D):
+                acc[r, c] = _rnd(_rnd(acc[r, c] * a, ac) + _rnd(pv[r, c], ac), ac)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def fa1_out_(o, la, beta, pv, l_new, any_empty, ac, out):
+        """FA1's O (R, dv) <- round(zero_empty((round(la * O, acc) + round(beta * round(pv, acc), acc)) / l_new), out)."""
+        R, D = o.shape
+        for r in range(R):
+            zero_row = any_empty and l_new[r] == 0
+            for c in range(D):
+                x = (_rnd(la[r] * o[r, c], ac) + _rnd(beta[r] * _rnd(pv[r, c], ac), ac)) / l_new[r]
+                o[r, c] = 0.0 if zero_row else _rnd(x, out)
+
+
+@functools.lru_cache(maxsize=256)
+def site_args(fmt, carrier_fmt) -> tuple:
+    """A site's format as the kernels' tuple; ``identity`` when every carrier value lies on its grid."""
+    return (bool(carrier_fmt.fits_in(fmt)), *jit.rne_args(fmt))

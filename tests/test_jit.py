@@ -1,0 +1,78 @@
+"""The compiled rounding kernel (attnum.jit) against the torch reference paths (ATTNUM_JIT=0) and ml_dtypes.
+
+The exhaustive tests of test_rounding.py already run through the compiled kernel (round_to uses it on
+CPU); here: wide and unusual formats, both carriers, both modes, saturation, in place, and ml_dtypes'
+own float64 casts, which are single roundings too.
+"""
+
+import numpy as np
+import pytest
+import torch
+from _oracle import assert_same_floats
+
+from attnum import jit, round_to
+from attnum.formats import FloatFormat, get_format
+from attnum.rounding import round_to_
+from attnum.workspace import Workspace
+
+pytestmark = pytest.mark.skipif(not jit.enabled(), reason="numba not importable")
+
+FORMATS = ["bf16", "fp16", "e4m3fn", "e5m2", "e3m2fn", "e2m1fn", "e11m40", "e10m20-nosub", "e11m52-nosub", FloatFormat(ebits=8, mbits=10, specials="fn"),
+           FloatFormat(ebits=6, mbits=9, specials="none"), FloatFormat(ebits=11, mbits=30, specials="none")]
+
+
+def _points(fmt: FloatFormat, dtype: np.dtype, n: int = 8_000, seed: int = 0) -> np.ndarray:
+    """Random values over the format's whole range and past it (subnormals of the format and of the
+    carrier included), every one also moved to the midpoint of its format neighbours (ties) and one
+    carrier ulp either side of that midpoint, both signs, and the specials."""
+    rng = np.random.default_rng(seed)
+    fin = np.finfo(dtype)
+    lo, hi = max(fmt.emin - fmt.mbits - 3, int(np.log2(fin.smallest_subnormal))), min(fmt.emax + 3, fin.maxexp - 1)
+    x = np.ldexp(1 + rng.random(n), rng.integers(lo, hi, n)).astype(dtype)
+    q = np.ldexp(1.0, np.maximum(np.frexp(x.astype(np.float64))[1] - 1, fmt.emin) - fmt.mbits)  # the quantum
+    with np.errstate(over="ignore"):
+        mid = ((np.floor(x / q) + 0.5) * q).astype(dtype)
+        pts = np.concatenate([x, mid, np.nextafter(mid, dtype.type(np.inf)), np.nextafter(mid, dtype.type(0)),
+                              np.array([0.0, np.inf, np.nan, fin.max, fin.smallest_subnormal, fmt.max], dtype)])
+    return np.concatenate([pts, -pts]).astype(dtype)
+
+
+def _reference(x: torch.Tensor, fmt, mode, saturate, monkeypatch) -> torch.Tensor:
+    with monkeypatch.context() as m:
+        m.setenv("ATTNUM_JIT", "0")
+        assert not jit.enabled()
+        return round_to(x, fmt, mode, saturate=saturate)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_compiled_equals_reference(fmt, dtype, monkeypatch):
+    fmt = get_format(fmt)
+    if not fmt.fits_in(get_format("fp32" if dtype == np.float32 else "fp64")):
+        pytest.skip("the format does not fit the carrier: the reference path runs")
+    x = torch.from_numpy(_points(fmt, np.dtype(dtype), seed=fmt.bits))
+    for mode in ("nearest_even", "toward_zero"):
+        for saturate in (False, True):
+            want = _reference(x, fmt, mode, saturate, monkeypatch).double().numpy()
+            got = round_to(x, fmt, mode, saturate=saturate).double().numpy()
+            assert_same_floats(got, want, x.double().numpy(), f"{fmt} {mode} sat={saturate}")
+            inplace = round_to_(x.clone(), fmt, Workspace(), mode, saturate=saturate).double().numpy()
+            assert_same_floats(inplace, want, x.double().numpy(), f"{fmt} {mode} sat={saturate} in place")
+
+
+ML = {"bf16": "bfloat16", "fp16": "float16", "e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2",
+      "e3m2fn": "float6_e3m2fn", "e2m3fn": "float6_e2m3fn", "e2m1fn": "float4_e2m1fn"}
+
+
+@pytest.mark.parametrize("name", list(ML))
+def test_ml_dtypes_float64_casts_agree(name):
+    """ml_dtypes casts from float64 in one rounding (ties, subnormals, overflow: inf for e5m2/bf16/fp16,
+    NaN for e4m3fn, saturation for the MX formats without specials): 0 disagreements with round_to."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fmt = get_format(name)
+    x = _points(fmt, np.dtype(np.float64), seed=3)
+    if not fmt.has_nan:
+        x = x[~np.isnan(x)]
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16 if name == "fp16" else getattr(ml_dtypes, ML[name])).astype(np.float64)
+    assert_same_floats(round_to(torch.from_numpy(x), fmt).numpy(), want, x, name)
