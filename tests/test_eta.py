@@ -66,14 +66,15 @@ def test_a_kind_first_seen_late_is_fitted_at_once():
     """The quick reproduction ends with kernel points: once the first is done, the rest are predicted
     from it (a stale fit gave them ~0 s: 'eta 0s' for the last 100 s of the run)."""
     todo = [_point(1024)] * 300 + [_point(4096, kind="kernels")] * 20
-    # Synthetic seconds from a known cost (_true_seconds), never a clock: the model's prediction is checked.
-    model, synthetic_elapsed = CostModel(todo), 0.0
+    # Costs are a known function (_true_seconds), never a clock: the model's prediction is what is checked.
+    model, cost_done = CostModel(todo), 0.0
     for p in todo[:301]:
         model.observe(p, _true_seconds(p))
-        synthetic_elapsed += _true_seconds(p)
-        model.eta(synthetic_elapsed)  # asked after every point, as the sweep's progress does
-    synthetic_left = sum(_true_seconds(p) for p in todo[301:])
-    assert abs(model.eta(synthetic_elapsed) / synthetic_left - 1) < 0.05
+        cost_done += _true_seconds(p)
+        model.eta(cost_done)  # asked after every point, as the sweep's progress does
+    cost_left = sum(_true_seconds(p) for p in todo[301:])
+    predicted_over_true = model.eta(cost_done) / cost_left
+    assert abs(predicted_over_true - 1) < 0.05
 
 
 def _contended_seconds(p):

@@ -6,6 +6,15 @@ from __future__ import annotations
 import torch
 
 
+def refuse_sdpa_extras(kernel: str, query, key, attn_mask, enable_gqa) -> None:
+    """What none of the SGLang / vLLM prefill kernels take through SDPA: a mask, or G != H without
+    ``enable_gqa`` (raised as NotImplementedError: the audit reads it as ``unsupported``)."""
+    if attn_mask is not None:
+        raise NotImplementedError(f"{kernel}: no attn_mask")
+    if key.shape[1] != query.shape[1] and not enable_gqa:
+        raise NotImplementedError(f"{kernel}: G != H needs enable_gqa")
+
+
 def lengths(cache_seqlens) -> list[int]:
     return [int(x) for x in torch.as_tensor(cache_seqlens).tolist()]
 

@@ -65,12 +65,9 @@ def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
 
 def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """SDPA -> ``extend_attention_fwd``: prefix = the first S - N keys, extend = the last N."""
-    if attn_mask is not None:
-        raise NotImplementedError("sglang extend_attention_fwd: no attn_mask")
+    lay.refuse_sdpa_extras("sglang extend_attention_fwd", query, key, attn_mask, enable_gqa)
     B, H, N, d = query.shape
-    G, S = key.shape[1], key.shape[2]
-    if G != H and not enable_gqa:
-        raise NotImplementedError("sglang extend_attention_fwd: G != H needs enable_gqa")
+    S = key.shape[2]
     if not 1 <= N <= S:
         raise NotImplementedError("sglang extend_attention_fwd: the N queries are the last N of S keys (S >= N >= 1)")
     prefix = S - N
@@ -106,12 +103,9 @@ def context_varlen(qs, ks, vs, *, is_causal=True):
 
 def context(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """SDPA -> ``context_attention_fwd``: B sequences of N = S tokens, packed (:func:`context_varlen`)."""
+    lay.refuse_sdpa_extras("sglang context_attention_fwd", query, key, attn_mask, enable_gqa)
     B, H, N, d = query.shape
-    G, S = key.shape[1], key.shape[2]
-    if attn_mask is not None:
-        raise NotImplementedError("sglang context_attention_fwd: no attn_mask")
-    if G != H and not enable_gqa:
-        raise NotImplementedError("sglang context_attention_fwd: G != H needs enable_gqa")
+    S = key.shape[2]
     if N != S or N == 0:
         raise NotImplementedError("sglang context_attention_fwd: queries and keys are one sequence (N = S >= 1)")
     if value.shape[-1] != d:

@@ -82,11 +82,8 @@ def _check(q, k, v):
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """Prefill: B sequences of N queries, the last N of S positions; the first S - N are cached context."""
-    if attn_mask is not None:
-        raise NotImplementedError("vllm prefix_prefill: no attn_mask")
+    lay.refuse_sdpa_extras("vllm prefix_prefill", query, key, attn_mask, enable_gqa)
     B, H, N, _ = query.shape
-    if key.shape[1] != H and not enable_gqa:
-        raise NotImplementedError("vllm prefix_prefill: G != H needs enable_gqa")
     _check(query, key, value)
     S = key.shape[2]
     kp, vp, table = lay.pages_of(key, value, [S] * B, PAGE)

@@ -64,12 +64,9 @@ def _check(q, v):
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """Prefill: B sequences of N queries, the last N of S positions."""
-    if attn_mask is not None:
-        raise NotImplementedError("vllm unified_attention: no attn_mask")
+    lay.refuse_sdpa_extras("vllm unified_attention", query, key, attn_mask, enable_gqa)
     B, H, N, d = query.shape
-    G, S = key.shape[1], key.shape[2]
-    if G != H and not enable_gqa:
-        raise NotImplementedError("vllm unified_attention: G != H needs enable_gqa")
+    S = key.shape[2]
     if 0 in (N, S):
         raise NotImplementedError("vllm unified_attention: N, S >= 1")
     _check(query, value)
