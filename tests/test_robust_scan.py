@@ -149,21 +149,25 @@ def _scan_units(tmp_path, reps: int):
 
 @pytest.mark.timeout(300)
 def test_big_file_in_linear_time_with_exact_line_numbers(tmp_path):
-    """A 4x larger file takes about 4x as long (linear; a quadratic scan would take 16x) and every line
+    """An 8x larger file takes about 8x as long (linear; a quadratic scan would take 64x) and every line
     number is exact to the end. Growth, not wall time: the 50 MB speed figure is
-    benchmarks/bench_scan.py's."""
-    small, big = 1_000_000 // len(UNIT) + 1, 4_000_000 // len(UNIT) + 1
+    benchmarks/bench_scan.py's. The sizes are timed in alternation and the fastest of each kept, so one
+    burst of other load on a shared CI machine cannot land on one size only (a single 4x-size run once
+    read 8.0x)."""
+    small, big = 1_000_000 // len(UNIT) + 1, 8_000_000 // len(UNIT) + 1
     small_path, big_path = _scan_units(tmp_path, small), _scan_units(tmp_path, big)
-    t_small = _best_of(2, lambda: scan([small_path]))
-    reports = []
-    t_big = _best_of(1, lambda: reports.append(scan([big_path])))
+    t_small, t_big, reports = [], [], []
+    for _ in range(2):
+        t_small.append(_best_of(1, lambda: scan([small_path])))
+        t_big.append(_best_of(1, lambda: reports.append(scan([big_path]))))
+    ratio = min(t_big) / min(t_small)
     report = reports[0]
     lines_per_unit = UNIT.count("\n")
     assert len(report.findings) == 2 * big
     last = report.findings[-2:]
     assert [(f.line, f.rule) for f in last] == [((big - 1) * lines_per_unit + 2, "finite-inf-constant"),
                                                 ((big - 1) * lines_per_unit + 5, "finite-mask-fill")]
-    assert t_big / t_small < 8, f"4x the bytes took {t_big / t_small:.1f}x the time ({t_small:.2f} s -> {t_big:.2f} s)"
+    assert ratio < 24, f"8x the bytes took {ratio:.1f}x the time ({min(t_small):.2f} s -> {min(t_big):.2f} s)"
 
 
 @pytest.mark.parametrize("sep", ["\f", "\v", "\x1c", "\u2028", "\x85"])
