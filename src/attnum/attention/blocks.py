@@ -31,7 +31,9 @@ def threads_for(n_blocks: int, device) -> int:
     """Threads for ``n_blocks`` blocks: torch's intra-op thread count, at most n_blocks; 1 off the CPU or in a worker."""
     if torch.device(device).type != "cpu" or in_worker():
         return 1
-    return max(1, min(torch.get_num_threads(), n_blocks))
+    from attnum.attention.steps import caller_threads
+
+    return max(1, min(caller_threads(), n_blocks))
 
 
 def _pool(T: int) -> ThreadPoolExecutor:
@@ -47,7 +49,7 @@ def map_blocks(fn, bounds: list[tuple[int, int]], T: int) -> list:
     if T <= 1:
         return [fn(i0, i1) for i0, i1 in bounds]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # (a caller inside steps.elementwise_single_thread is at 1 already)
     try:
         futures = [_pool(T).submit(fn, i0, i1) for i0, i1 in bounds]
         return [f.result() for f in futures]

@@ -65,9 +65,10 @@ def flash_attention(
         opts = FlashOptions(scale=scale, policy=policy, tiles=tiles, variant=variant, kv_order=kv_order)
         out, lse = FlashAttentionFunction.apply(q, k, v, mk, opts)
         return (out, lse) if return_lse else out
-    q_c = steps.load_input(q, policy)
-    k_c = masks.expand_kv(steps.load_input(k, policy), H)
-    v_c = masks.expand_kv(steps.load_input(v, policy), H)
-    out, lse = flash_forward(q_c, k_c, v_c, mk, scale=scale, policy=policy, tiles=tiles,
-                             variant=variant, kv_order=kv_order)
+    with steps.elementwise_single_thread():  # the matmuls alone on the caller's threads (flash_forward)
+        q_c = steps.load_input(q, policy)
+        k_c = masks.expand_kv(steps.load_input(k, policy), H)
+        v_c = masks.expand_kv(steps.load_input(v, policy), H)
+        out, lse = flash_forward(q_c, k_c, v_c, mk, scale=scale, policy=policy, tiles=tiles,
+                                 variant=variant, kv_order=kv_order)
     return (out, lse) if return_lse else out

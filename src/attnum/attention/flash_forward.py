@@ -71,15 +71,18 @@ def flash_forward(
     format, formed as kernels do: m + log(l) in the carrier, then rounded; -inf for empty rows).
     """
     B, H, N, _ = q_BHNd.shape
-    q_BHNd, scale = steps.prescale(q_BHNd, scale, policy)  # once for all rows (it looks at all of Q)
-    rows = row_block(B, H, N, tiles.Bc, q_BHNd.device)
-    kw = dict(scale=scale, policy=policy, tiles=tiles, variant=variant, kv_order=kv_order)
-    if rows >= N:
-        return _rows_forward(q_BHNd, k_BHSd, v_BHSd, mk, 0, N, **kw)
-    bounds = [(i0, min(N, i0 + rows)) for i0 in range(0, N, rows)]
-    parts = blocks.map_blocks(lambda i0, i1: _rows_forward(q_BHNd[:, :, i0:i1], k_BHSd, v_BHSd, mk, i0, i1, **kw),
-                              bounds, blocks.threads_for(len(bounds), q_BHNd.device))  # same blocks for any T
-    return torch.cat([o for o, _ in parts], dim=2), torch.cat([lse for _, lse in parts], dim=2)
+    # Every op outside the matmuls on one intra-op thread (the blocks run on the caller's threads): a
+    # woken OpenMP team spin-waits after each op and takes the cores from the block threads.
+    with steps.elementwise_single_thread():
+        q_BHNd, scale = steps.prescale(q_BHNd, scale, policy)  # once for all rows (it looks at all of Q)
+        rows = row_block(B, H, N, tiles.Bc, q_BHNd.device)
+        kw = dict(scale=scale, policy=policy, tiles=tiles, variant=variant, kv_order=kv_order)
+        if rows >= N:
+            return _rows_forward(q_BHNd, k_BHSd, v_BHSd, mk, 0, N, **kw)
+        bounds = [(i0, min(N, i0 + rows)) for i0 in range(0, N, rows)]
+        parts = blocks.map_blocks(lambda i0, i1: _rows_forward(q_BHNd[:, :, i0:i1], k_BHSd, v_BHSd, mk, i0, i1, **kw),
+                                  bounds, blocks.threads_for(len(bounds), q_BHNd.device))  # same blocks for any T
+        return torch.cat([o for o, _ in parts], dim=2), torch.cat([lse for _, lse in parts], dim=2)
 
 
 ROW_BLOCK_ELEMS = 1 << 20  # a (B, H, rows, Bc) score tile of ~4 MB (float32): it stays in cache between passes

@@ -115,12 +115,12 @@ def acc_add_(acc, x, policy: Policy):
 
 def _scores_shift(q, k_j, tile, scale, m, policy: Policy, fa2: bool, buf):
     """S_j = Q K_j^T (the policy's matmul), pass 1 when anything is to do (scale, ``scores``
-    rounding, masks), torch's amax, then the shift pass; returns (s - shift in place, m~ (B, H, N, 1))."""
+    rounding, masks), then the row max and shift pass; returns (s - shift in place, m~ (B, H, N, 1))."""
     from attnum.attention.fused_kernels import shift_
 
     s = steps.matmul(q, k_j.transpose(-1, -2), policy, out=buf).contiguous()
     _scores_pass(s, tile, scale, policy)
-    m_blk = s.amax(dim=-1, keepdim=True)
+    m_blk = s.new_empty(s.shape[:-1] + (1,))  # written by shift_: the row max, as torch's amax
     dt = np.float32 if s.dtype == torch.float32 else np.float64
     qy = policy.max_shift == "qiu-yao"
     limit = steps.shift_limit(policy) if qy else 0.0

@@ -61,15 +61,25 @@ if jit.numba is not None:
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def shift_(s, m_blk, m_old, fa2, qy, tol, limit):
-        """Rows of s (R, C) minus their shift, in place. m_blk (R,): the row max (torch's amax), replaced
-        by Qiu-Yao's shift when ``qy``; the shift is safe(max(m_old, m~)) (``fa2``) or safe(m~) (fa1)."""
+        """Rows of s (R, C) minus their shift, in place. m_blk (R,) is written: the row max (as torch's
+        amax: NaN when the row holds one, -inf when every score is), replaced by Qiu-Yao's shift when
+        ``qy``; the shift is safe(max(m_old, m~)) (``fa2``) or safe(m~) (fa1). Each row is read for
+        its max and shifted while it is in cache."""
         R, C = s.shape
         if R == 0:
             return
         zero = as_carrier(0.0, m_blk[0])
         nan = as_carrier(np.nan, m_blk[0])
+        ninf = as_carrier(-np.inf, m_blk[0])
         for r in range(R):
-            mx = m_blk[r]
+            mx = ninf
+            seen_nan = False
+            for j in range(C):
+                v = s[r, j]
+                seen_nan |= v != v
+                mx = v if v > mx else mx
+            mx = nan if seen_nan else mx
+            m_blk[r] = mx
             if qy:
                 near = 0
                 for j in range(C):
@@ -126,6 +136,21 @@ if jit.numba is not None:
             for c in range(D):
                 x = (_rnd(la[r] * o[r, c], ac) + _rnd(beta[r] * _rnd(pv[r, c], ac), ac)) / l_new[r]
                 o[r, c] = 0.0 if zero_row else _rnd(x, out)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def abs_range(x):
+        """(max |x|, min nonzero |x|) of the flat array x in one pass; max is NaN when x holds a NaN,
+        min is inf when every element is 0 (the two reductions :func:`attnum.attention.steps.prescale` needs)."""
+        hi, lo, nan = 0.0, np.inf, False
+        for i in range(x.size):
+            a = abs(np.float64(x[i]))
+            if a != a:
+                nan = True
+            elif a > hi:
+                hi = a
+            if a != 0.0 and a < lo:
+                lo = a
+        return (np.nan if nan else hi), lo
 
 
 @functools.lru_cache(maxsize=256)

@@ -55,6 +55,12 @@ def no_autocast(fn):
 _OUTER = threading.local()  # the caller's intra-op thread count while a tile step runs single-threaded
 
 
+def caller_threads() -> int:
+    """The caller's intra-op thread count: the one saved by :func:`elementwise_single_thread` while it
+    runs, else torch's."""
+    return getattr(_OUTER, "n", None) or torch.get_num_threads()
+
+
 @contextlib.contextmanager
 def elementwise_single_thread():
     """Run a tile step's element-wise ops on one intra-op thread; :func:`matmul` alone uses the
@@ -155,12 +161,23 @@ def prescale(q: torch.Tensor, scale: float, policy: Policy) -> tuple[torch.Tenso
     if mant != 0.5 or q.numel() == 0 or policy.matmul_mode == "emulated":
         return q, scale
     finfo = torch.finfo(q.dtype)
-    a = q.abs()
-    hi = a.max().item()
-    lo = a.masked_fill_(a == 0, math.inf).min().item()  # smallest nonzero magnitude
+    hi, lo = _abs_range(q)
     if not (math.isfinite(hi) and lo * scale >= finfo.tiny and hi * scale <= finfo.max):
         return q, scale
     return q * scale, 1.0
+
+
+def _abs_range(q: torch.Tensor) -> tuple[float, float]:
+    """(max |q| (NaN when q holds one), smallest nonzero |q| (inf when none)): one compiled pass on the
+    CPU (:func:`attnum.attention.fused_kernels.abs_range`), torch's reductions elsewhere."""
+    from attnum import jit
+
+    if jit.enabled() and q.device.type == "cpu" and q.dtype in _CARRIERS:
+        from attnum.attention.fused_kernels import abs_range
+
+        return abs_range(q.detach().contiguous().view(-1).numpy())
+    a = q.abs()
+    return a.max().item(), a.masked_fill_(a == 0, math.inf).min().item()
 
 
 def zero_empty_rows_(x: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
