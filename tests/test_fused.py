@@ -143,3 +143,50 @@ def test_thread_count_changes_no_bit(mask, monkeypatch):
     monkeypatch.setattr(blocks, "threads_for", lambda n, device: 1 if blocks.in_worker() else min(n, 3))
     got = run()
     assert _same_bits(got[0], want[0]) and _same_bits(got[1], want[1])
+
+
+SPECIAL_ROWS = [[1.0, float("nan"), 3.0], [float("-inf")] * 3, [float("-inf"), -0.0, float("-inf")],
+                [-2.0, -1e-40, -3.0], [float("inf"), 1.0, float("nan")], [5e-324, 0.0, -5e-324],
+                [-1.0, float("-nan"), -2.0], [3.4e38, float("inf"), -3.4e38], [-7.5, -7.25, -7.5]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_max_is_torch_amax(dtype):
+    """The compiled shift pass's row max (integer keys of the IEEE bits) equals torch's amax on every row:
+    NaN of either sign, +-inf, all -inf, subnormals, random rows of both signs (zeros' sign aside: it
+    never reaches an output)."""
+    import numpy as np
+
+    from attnum.attention.fused_kernels import shift_
+
+    g = torch.Generator().manual_seed(7)
+    rows = torch.randn(200, 37, generator=g, dtype=torch.float64) * torch.logspace(-30, 30, 200, dtype=torch.float64)[:, None]
+    s = torch.cat([torch.tensor([r + [0.5] * 34 for r in SPECIAL_ROWS], dtype=torch.float64), rows]).to(dtype)
+    s[:len(SPECIAL_ROWS), 3:] = s[:len(SPECIAL_ROWS), :1].expand(-1, 34)  # the special rows' own values only
+    want = s.amax(dim=-1)
+    work = s.clone().numpy()
+    m_blk = np.empty(s.shape[0], work.dtype)
+    shift_(work, work.view(np.int32 if dtype == torch.float32 else np.int64), m_blk, m_blk.copy(), False, False,
+           work.dtype.type(0), work.dtype.type(0))
+    got = torch.from_numpy(m_blk)
+    assert torch.equal(got.isnan(), want.isnan())
+    ok = ~want.isnan()
+    assert torch.equal(got[ok], want[ok])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_prescale_range_compiled_equals_torch(dtype, monkeypatch):
+    """prescale's (max |q|, min nonzero |q|) from the compiled pass equals torch's reductions, NaN, inf,
+    zeros and subnormals included."""
+    from attnum.attention import steps
+
+    cases = [torch.tensor(x, dtype=dtype) for x in ([0.0, -0.0], [1.0, float("nan"), -3.0], [float("-inf"), 2.0],
+                                                   [1e-45, -3.0, 0.0], [5e-324, 1.0], [-2.5, 0.0, 7.0])]
+    cases.append(torch.randn(1000, dtype=dtype))
+    for x in cases:
+        got = steps._abs_range(x)
+        monkeypatch.setenv("ATTNUM_JIT", "0")
+        want = steps._abs_range(x)
+        monkeypatch.delenv("ATTNUM_JIT")
+        for a, b in zip(got, want):
+            assert (a != a and b != b) or a == b, (x, got, want)

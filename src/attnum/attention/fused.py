@@ -126,7 +126,9 @@ def _scores_shift(q, k_j, tile, scale, m, policy: Policy, fa2: bool, buf):
     limit = steps.shift_limit(policy) if qy else 0.0
     C = s.shape[-1]
     R = s.numel() // C
-    shift_(s.view(R, C).numpy(), m_blk.view(R).numpy(), m.reshape(R).contiguous().numpy(), fa2, qy,
+    s_RC = s.view(R, C).numpy()
+    shift_(s_RC, s_RC.view(np.int32 if dt is np.float32 else np.int64), m_blk.view(R).numpy(),
+           m.reshape(R).contiguous().numpy(), fa2, qy,
            dt(steps.QIU_YAO_TOL), dt(limit))
     return s, m_blk
 
