@@ -3,9 +3,11 @@
     python benchmarks/bench_core.py [--quick] [--reps 5]
 
 CPU, 1 intra-op thread, B=1 H=8 d=64, N=4096 and N=512 (--quick: N=1024 and 512). Prints the CPU model
-(with or without AMX, from /proc/cpuinfo), then one line per target: times (minimum of ``--reps``
-interleaved runs), ratio, target, verdict. Also the unfused reference (ATTNUM_JIT=0) beside each
-emulated line, and round_to from float64 against ml_dtypes' cast (0 disagreements required).
+(with or without AMX, from /proc/cpuinfo), then one line per target: times (minimum over ``--reps``
+interleaved rounds, each timing consecutive calls of one function in its steady state), ratio, target,
+verdict. Also the unfused reference (ATTNUM_JIT=0) beside each emulated line; the floor of an fp32
+call, its two matmuls and torch's exp per tile and nothing else (what no fusion removes while the
+emulation's exp is torch's); and round_to from float64 against ml_dtypes' cast (0 disagreements required).
 """
 
 from __future__ import annotations
