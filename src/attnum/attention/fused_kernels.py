@@ -171,20 +171,40 @@ if jit.numba is not None:
                 x = (_rnd(la[r] * o[r, c], ac) + _rnd(beta[r] * _rnd(pv[r, c], ac), ac)) / l_new[r]
                 o[r, c] = 0.0 if zero_row else _rnd(x, out)
 
+    def abs_range(bits):
+        """(max |x|, min nonzero |x|) of a flat carrier array given as its IEEE bits (int32 for float32,
+        int64 for float64), as torch's max and min: both NaN when x holds a NaN; min is inf when every
+        element is 0. Integer max/min of the magnitude bits (they sort as the magnitudes do), vectorized."""
+
+    @overload(abs_range)
+    def _abs_range(bits):
+        if bits.dtype == types.int32:
+            def impl32(bits):
+                hi, lo = np.int32(0), np.int32(0x7F800000)
+                for i in range(bits.size):
+                    a = bits[i] & np.int32(0x7FFFFFFF)
+                    hi = max(hi, a)
+                    lo = min(lo, a if a != 0 else np.int32(0x7F800000))
+                if hi > np.int32(0x7F800000):
+                    return np.nan, np.nan
+                return np.float64(_f32_from_bits(hi)), np.float64(_f32_from_bits(lo))
+            return impl32
+
+        def impl64(bits):
+            hi, lo = np.int64(0), np.int64(0x7FF0000000000000)
+            for i in range(bits.size):
+                a = bits[i] & np.int64(0x7FFFFFFFFFFFFFFF)
+                hi = max(hi, a)
+                lo = min(lo, a if a != 0 else np.int64(0x7FF0000000000000))
+            if hi > np.int64(0x7FF0000000000000):
+                return np.nan, np.nan
+            return _from_bits(hi), _from_bits(lo)
+        return impl64
+
     @njit(cache=True, nogil=True, error_model="numpy")
-    def abs_range(x):
-        """(max |x|, min nonzero |x|) of the flat array x in one pass, as torch's max and min: both NaN
-        when x holds a NaN; min is inf when every element is 0 (the two reductions :func:`attnum.attention.steps.prescale` needs)."""
-        hi, lo, nan = 0.0, np.inf, False
-        for i in range(x.size):
-            a = abs(np.float64(x[i]))
-            if a != a:
-                nan = True
-            elif a > hi:
-                hi = a
-            if a != 0.0 and a < lo:
-                lo = a
-        return (np.nan, np.nan) if nan else (hi, lo)
+    def abs_range_bits(bits):
+        """:func:`abs_range` compiled for a call from Python."""
+        return abs_range(bits)
 
 
 @functools.lru_cache(maxsize=256)

@@ -173,9 +173,12 @@ def _abs_range(q: torch.Tensor) -> tuple[float, float]:
     from attnum import jit
 
     if jit.enabled() and q.device.type == "cpu" and q.dtype in _CARRIERS:
-        from attnum.attention.fused_kernels import abs_range
+        import numpy as np
 
-        return abs_range(q.detach().contiguous().view(-1).numpy())
+        from attnum.attention.fused_kernels import abs_range_bits
+
+        flat = q.detach().contiguous().view(-1).numpy()
+        return abs_range_bits(flat.view(np.int32 if flat.dtype == np.float32 else np.int64))
     a = q.abs()
     return a.max().item(), a.masked_fill_(a == 0, math.inf).min().item()
 
