@@ -9,9 +9,9 @@ import sys
 
 import torch
 
+from attnum.attention.paged import to_pages
 from attnum.audit.harness import ProbeContext
 from attnum.audit.probes import PROBES
-from attnum.attention.paged import to_pages
 from attnum.audit.serving import decode_case, decode_inputs
 from attnum.formats import get_format, torch_dtype
 from attnum.kernels.registry import resolve

@@ -146,7 +146,8 @@ def test_the_infrastructure_names_no_family():
     """The sweep spec, runner, executors, store, export and report shell reach families only through
     the registry."""
     graph = import_graph()
-    shell = ("attnum.experiments.spec", "attnum.experiments.point_runner", "attnum.executors", "attnum.store",
+    shell = ("attnum.experiments.spec", "attnum.experiments.point_runner", "attnum.executors", "attnum.executor_pool",
+             "attnum.executor_ray", "attnum.store",
              "attnum.report.export", "attnum.report.html", "attnum.report.generic", "attnum.cli.sweep",
              "attnum.cli.runs", "attnum.cli.export", "attnum.cli.report", "attnum.cli.reproduce")
     bad = [(m, e) for m in shell for e in graph[m] if e.startswith("attnum.studies.")

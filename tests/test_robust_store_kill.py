@@ -167,13 +167,13 @@ TODO = [(16, "fa2"), (32, "fa2"), (48, "fa2")]
 
 
 def _interrupted_ray_sweep(monkeypatch, fake) -> None:
-    from attnum import executors
+    from attnum import executor_ray, executors
     from attnum.studies.paper.point import Point
 
     monkeypatch.setitem(sys.modules, "ray", fake)
     todo = [Point(seq_len=n, policy=p) for n, p in TODO]
-    with executors._Interrupts() as stop, pytest.raises(KeyboardInterrupt):
-        list(executors._ray(todo, (), 2, stop))
+    with executors.Interrupts() as stop, pytest.raises(KeyboardInterrupt):
+        list(executor_ray.ray_points(todo, (), 2, stop))
     assert stop.signum == signal.SIGTERM
 
 
@@ -203,13 +203,13 @@ def test_sigterm_inside_ray_init_is_an_interruption(monkeypatch):
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does
         os.kill(os.getpid(), signal.SIGTERM)
 
-    from attnum import executors
+    from attnum import executor_ray, executors
 
-    with executors._Interrupts() as stop:
+    with executors.Interrupts() as stop:
         ours = signal.getsignal(signal.SIGTERM)
         monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls, init=init))
         with pytest.raises(KeyboardInterrupt):
-            list(executors._ray([], (), 2, stop))
+            list(executor_ray.ray_points([], (), 2, stop))
         assert stop.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) == ours
     assert calls == ["init", "shutdown"]
 

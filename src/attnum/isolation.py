@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 
-
 # -- in the child ------------------------------------------------------------------------------------
 
 def die_with_parent() -> None:

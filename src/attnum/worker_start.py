@@ -20,7 +20,6 @@ Ctrl-C (the driver stops it) and dies with its driver.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import sys
 import threading
