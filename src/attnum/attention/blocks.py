@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from attnum.attention.steps import caller_threads
+
 _LOCAL = threading.local()
 _POOL: dict[int, ThreadPoolExecutor] = {}
 _LOCK = threading.Lock()
@@ -31,8 +33,6 @@ def threads_for(n_blocks: int, device) -> int:
     """Threads for ``n_blocks`` blocks: torch's intra-op thread count, at most n_blocks; 1 off the CPU or in a worker."""
     if torch.device(device).type != "cpu" or in_worker():
         return 1
-    from attnum.attention.steps import caller_threads
-
     return max(1, min(caller_threads(), n_blocks))
 
 

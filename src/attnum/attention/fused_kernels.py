@@ -45,32 +45,38 @@ if jit.numba is not None:
         is an integer max and min the compiler vectorizes (a float max with NaN checks does not: 7x
         slower). -0 ranks below +0 (a zero's sign never reaches an output: s - m and exp see it alike)."""
 
+    # Per integer width of a carrier's bits: (int type, sign shift, magnitude mask, +inf's bits, a quiet NaN's bits).
+    _WIDTH = {32: (np.int32, 31, 0x7FFFFFFF, 0x7F800000, 0x7FC00000),
+              64: (np.int64, 63, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000, 0x7FF8000000000000)}
+
+    def _width(bits):
+        return _WIDTH[32 if bits.dtype == types.int32 else 64]
+
+    def float_of_bits(i):
+        """The carrier float whose IEEE bits are ``i`` (int32 -> float32, int64 -> float64)."""
+
+    @overload(float_of_bits)
+    def _float_of_bits(i):
+        if i == types.int32:
+            return lambda i: _f32_from_bits(i)
+        return lambda i: _from_bits(i)
+
     @overload(row_max)
     def _row_max(bits):
-        if bits.dtype == types.int32:
-            def impl32(bits):
-                kmax, kmin = np.int32(-2147483648), np.int32(2147483647)
-                for j in range(bits.size):
-                    k = bits[j]
-                    key = k ^ ((k >> np.int32(31)) & np.int32(0x7FFFFFFF))
-                    kmax = max(kmax, key)
-                    kmin = min(kmin, key)
-                if kmax > np.int32(0x7F800000) or kmin < np.int32(-2139095041):  # keys of +inf, -inf
-                    return np.float32(np.nan)
-                return _f32_from_bits(kmax ^ ((kmax >> np.int32(31)) & np.int32(0x7FFFFFFF)))
-            return impl32
+        it, sh, mag, inf, nan = _width(bits)
 
-        def impl64(bits):
-            kmax, kmin = np.int64(-9223372036854775808), np.int64(9223372036854775807)
+        def impl(bits):
+            shift, mask = it(sh), it(mag)
+            kmax, kmin = it(-mag - 1), it(mag)
             for j in range(bits.size):
                 k = bits[j]
-                key = k ^ ((k >> np.int64(63)) & np.int64(0x7FFFFFFFFFFFFFFF))
+                key = k ^ ((k >> shift) & mask)
                 kmax = max(kmax, key)
                 kmin = min(kmin, key)
-            if kmax > np.int64(0x7FF0000000000000) or kmin < np.int64(-9218868437227405313):
-                return np.nan
-            return _from_bits(kmax ^ ((kmax >> np.int64(63)) & np.int64(0x7FFFFFFFFFFFFFFF)))
-        return impl64
+            if kmax > it(inf) or kmin < it(-inf - 1):  # the keys of +inf and -inf
+                return float_of_bits(it(nan))
+            return float_of_bits(it(kmax ^ ((kmax >> shift) & mask)))  # it(): max() may widen to int64
+        return impl
 
     @njit(inline="always", cache=True, error_model="numpy")
     def _rnd(x, a):
@@ -178,28 +184,19 @@ if jit.numba is not None:
 
     @overload(abs_range)
     def _abs_range(bits):
-        if bits.dtype == types.int32:
-            def impl32(bits):
-                hi, lo = np.int32(0), np.int32(0x7F800000)
-                for i in range(bits.size):
-                    a = bits[i] & np.int32(0x7FFFFFFF)
-                    hi = max(hi, a)
-                    lo = min(lo, a if a != 0 else np.int32(0x7F800000))
-                if hi > np.int32(0x7F800000):
-                    return np.nan, np.nan
-                return np.float64(_f32_from_bits(hi)), np.float64(_f32_from_bits(lo))
-            return impl32
+        it, _, mag, inf, _ = _width(bits)
 
-        def impl64(bits):
-            hi, lo = np.int64(0), np.int64(0x7FF0000000000000)
+        def impl(bits):
+            mask, infb = it(mag), it(inf)
+            hi, lo = it(0), infb
             for i in range(bits.size):
-                a = bits[i] & np.int64(0x7FFFFFFFFFFFFFFF)
+                a = bits[i] & mask
                 hi = max(hi, a)
-                lo = min(lo, a if a != 0 else np.int64(0x7FF0000000000000))
-            if hi > np.int64(0x7FF0000000000000):
+                lo = min(lo, a if a != 0 else infb)
+            if hi > infb:
                 return np.nan, np.nan
-            return _from_bits(hi), _from_bits(lo)
-        return impl64
+            return np.float64(float_of_bits(it(hi))), np.float64(float_of_bits(it(lo)))
+        return impl
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def abs_range_bits(bits):
