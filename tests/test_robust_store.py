@@ -200,6 +200,72 @@ def test_old_store_without_process_columns_reads_and_migrates(tmp_path):
         assert [r["pid"] for r in store.runs()] == [None, os.getpid()]
 
 
+# ---- Ctrl-C inside a transaction ----------------------------------------------------------------
+
+
+class _InterruptOn:
+    """The store's connection, raising KeyboardInterrupt (Ctrl-C) right after the first statement
+    that starts with ``prefix`` has run, as a signal handler may between any two bytecodes."""
+
+    def __init__(self, db, prefix):
+        self._db, self._prefix, self.fired = db, prefix, False
+
+    def execute(self, sql, *args):
+        cur = self._db.execute(sql, *args)
+        if not self.fired and sql.startswith(self._prefix):
+            self.fired = True
+            raise KeyboardInterrupt("SIGINT")
+        return cur
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_transaction_left_open_by_ctrl_c_is_rolled_back_by_the_next(tmp_path):
+    """The CI failure of a --jobs 2 sweep: Ctrl-C between BEGIN and the ``with`` body left a transaction
+    open, and recording the run as interrupted failed with "cannot start a transaction within a
+    transaction" (exit 2, store called corrupt)."""
+    with _bound(tmp_path) as store:
+        run = store.begin_run(command="c", n_todo=3, executor="local", jobs=2)
+        store.write(_result("a"), run)
+        store._db.execute("BEGIN IMMEDIATE")  # what the interrupted __enter__ leaves behind
+        store._db.execute("INSERT INTO environments VALUES ('half', '{}')")
+        store.end_run(run, "interrupted")
+        assert [r["status"] for r in store.runs()] == ["interrupted"]
+        assert store.counts()["done"] == 1
+        assert store._q("SELECT COUNT(*) FROM environments WHERE env_id = 'half'") == [(0,)]
+
+
+def test_ctrl_c_right_after_begin_leaves_no_transaction_open(tmp_path):
+    with _bound(tmp_path) as store:
+        run = store.begin_run(command="c", n_todo=3, executor="local", jobs=1)
+        real = store._db
+        store._db = _InterruptOn(real, "BEGIN")
+        with pytest.raises(KeyboardInterrupt):
+            store.write(_result("a"), run)
+        store._db = real
+        assert not real.in_transaction
+        store.write(_result("b"), run)
+        store.end_run(run, "interrupted")
+        assert store.counts()["done"] == 1
+
+
+def test_environment_of_a_rolled_back_write_is_written_with_the_next_point(tmp_path):
+    """A write interrupted after its environment row went in is rolled back whole; the next point of
+    the same environment must insert the row again, or it would name an environment the store lacks."""
+    with _bound(tmp_path) as store:
+        run = store.begin_run(command="c", n_todo=3, executor="local", jobs=1)
+        real = store._db
+        store._db = _InterruptOn(real, "INSERT INTO points")
+        with pytest.raises(KeyboardInterrupt):
+            store.write(_result("a"), run)
+        store._db = real
+        store.write(_result("b"), run)
+        store.end_run(run, "interrupted")
+        orphans = store._q("SELECT key FROM points WHERE env_id NOT IN (SELECT env_id FROM environments)")
+        assert store.counts()["done"] == 1 and orphans == []
+
+
 # ---- 3. checkpoints ------------------------------------------------------------------------------
 
 

@@ -209,7 +209,6 @@ class Store(StoreReader):
         with self._tx():
             if env_id not in self._envs:
                 self._db.execute("INSERT OR IGNORE INTO environments VALUES (?, ?)", (env_id, env_json))
-                self._envs.add(env_id)
             cur = self._db.execute(
                 "INSERT INTO points VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
                 "status=excluded.status, metrics=excluded.metrics, error=excluded.error, "
@@ -229,6 +228,7 @@ class Store(StoreReader):
                     time.time(),
                 ),
             )
+        self._envs.add(env_id)  # only once committed: a rolled-back insert must be made again
         if time.monotonic() - self._last_checkpoint > CHECKPOINT_EVERY_S:
             self.checkpoint("PASSIVE")  # never waits for readers; bounds what a copy of the main file misses
         return cur.rowcount > 0
@@ -238,13 +238,26 @@ class Store(StoreReader):
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT: one writer, and a point is either fully in the file or absent."""
+    """BEGIN IMMEDIATE ... COMMIT: one writer, and a point is either fully in the file or absent.
+
+    Ctrl-C raises KeyboardInterrupt between any two bytecodes, also between BEGIN and the ``with``
+    body, where no ``__exit__`` runs and the transaction stays open. Such a transaction holds nothing
+    committed; the next one rolls it back before it begins (a sweep's ``end_run`` after Ctrl-C is one).
+    """
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     def __enter__(self) -> None:
-        self._store._q("BEGIN IMMEDIATE")
+        db = self._store._db
+        if db.in_transaction:  # left open by an interrupt: nothing in it was committed
+            self._store._q("ROLLBACK")
+        try:
+            self._store._q("BEGIN IMMEDIATE")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         db = self._store._db
