@@ -97,6 +97,52 @@ def test_self_test_passes_and_the_raw_interpreter_fails_it():
     assert not raw["bf16 q * k"] and not raw["fp32 -> bf16 store"] and not raw["fp32 tl.dot tf32"], raw
     # SageAttention's dots: numpy's int8 matmul is exact (as the GPU's); its fp16 accumulator is not the MMA's
     assert raw["int8 tl.dot -> int32"] and not raw["fp16 tl.dot out_dtype=fp16"], raw
+    # numpy rounds a * b before the add: the contracted checks fail raw, the uncontracted ones pass
+    assert not raw["fp32 a * b + c (fp-fusion)"] and not raw["fp32 c - a * b (fp-fusion)"], raw
+    assert raw["fp32 a * b + c (no fp-fusion)"] and raw["fp32 c - a * b (no fp-fusion)"], raw
+
+
+def test_fused_and_unfused_mul_add_differ_on_the_self_test_inputs():
+    """Else the self-test's fp-fusion checks could not tell the two models apart."""
+    from attnum.kernels import triton_model as model
+    from attnum.kernels.triton_selftest import mul_add_inputs
+
+    a, b, c = mul_add_inputs(32)
+    fused, unfused = model.mul_add(a, b, c, fused=True), model.mul_add(a, b, c, fused=False)
+    assert int((fused != unfused).sum()) >= 8
+    assert torch.equal(fused, model.mul_add(b, a, c, fused=True))
+
+
+_FUSION_PROBE = """
+import json, os, torch
+os.environ["TRITON_INTERPRET"] = "1"
+from attnum.kernels import triton_faithful, triton_model as model
+from attnum.kernels import triton_selftest_kernels as K
+from attnum.kernels.triton_selftest import mul_add_inputs
+a, b, c = mul_add_inputs(32)
+y, z, w = (torch.empty(32) for _ in range(3))
+with triton_faithful.faithful():
+    K.mul_add[(1,)](a, b, c, y, z, w, N=32)
+print(json.dumps({"label": triton_faithful.name("faithful"),
+                  "fused": torch.equal(y.double(), model.mul_add(a, b, c, fused=True)),
+                  "unfused": torch.equal(y.double(), model.mul_add(a, b, c, fused=False))}))
+"""
+
+
+@pytest.mark.parametrize(("env", "fused"), [({}, True), ({"TRITON_DEFAULT_FP_FUSION": "0"}, False),
+                                            ({"TRITON_FORCE_DISABLE_FP_FUSION": "1"}, False)])
+def test_fp_fusion_follows_tritons_own_switches(env, fused):
+    """Triton 3.9 fuses unless TRITON_DEFAULT_FP_FUSION=0 or TRITON_FORCE_DISABLE_FP_FUSION=1; the
+    model, and the label verdicts carry, follow the same switches."""
+    needs_triton()
+    base = {k: v for k, v in __import__("os").environ.items()
+            if k in ("PYTHONPATH", "HOME", "VIRTUAL_ENV") or k.startswith("ATEN")}
+    run = subprocess.run([sys.executable, "-c", _FUSION_PROBE], capture_output=True, text=True, timeout=240,
+                         env={"PATH": "/usr/bin:/bin", **base, **env})
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert (out["fused"], out["unfused"]) == (fused, not fused), out
+    assert out["label"] == "triton-interp:nvidia-sm90" + (",fp-fusion" if fused else "")
 
 
 @pytest.mark.timeout(300)
@@ -104,13 +150,14 @@ def test_tf32_kernel_fails_fp32_under_the_gpu_model_and_passes_raw():
     needs_triton()
     from attnum.audit.config import AuditConfig
     from attnum.audit.runner import run_audit
+    from attnum.kernels import triton_faithful
 
     rows = {}
     for numerics in ("faithful", "raw"):
         cfg = AuditConfig(target=f"triton-interpret:{KERNEL}:attention_tf32", dtypes="fp32", probes="scale-argument",
                           numerics=numerics)
         report = run_audit(cfg, isolate=True)
-        assert report.environment["numerics"] == ("triton-interp:nvidia-sm90" if numerics == "faithful"
+        assert report.environment["numerics"] == (triton_faithful.name("faithful") if numerics == "faithful"
                                                   else "triton-interp:raw")
         rows[numerics] = report.results[0]
     assert rows["raw"].status == "pass", rows["raw"].note
@@ -129,3 +176,24 @@ def test_a_triton_the_model_does_not_fit_makes_every_case_unsupported(monkeypatc
     assert raised(err.value).status == "unsupported"
     raw = triton_interp.under(len, "raw")  # raw: nothing checked; only run on one thread
     assert raw("abc") == 3 and raw.__wrapped__ is len
+
+
+@pytest.mark.parametrize(("env", "version", "fused"), [
+    ({}, (3, 9), True), ({}, (3, 10), False), ({"TRITON_DEFAULT_FP_FUSION": "off"}, (3, 9), False),
+    ({"TRITON_DEFAULT_FP_FUSION": "TRUE"}, (3, 10), True), ({"TRITON_DEFAULT_FP_FUSION": "maybe"}, (3, 9), True),
+    ({"TRITON_FORCE_DISABLE_FP_FUSION": "1"}, (3, 9), False), ({"TRITON_FORCE_DISABLE_FP_FUSION": "1"}, (3, 8), True),
+])
+def test_fp_fusion_default_without_importing_triton(env, version, fused, monkeypatch):
+    """Before triton is imported the switch is read from the environment and the installed version
+    (3.10 announced fusion off by default; 3.8 has no force-disable switch)."""
+    import sys
+
+    from attnum.kernels import triton_fusion
+
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    for key in ("TRITON_DEFAULT_FP_FUSION", "TRITON_FORCE_DISABLE_FP_FUSION"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(triton_fusion, "_version", lambda: version)
+    assert triton_fusion.fp_fusion_default() is fused

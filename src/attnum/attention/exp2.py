@@ -27,6 +27,7 @@ from fractions import Fraction
 import torch
 
 from attnum.errors import bad_value
+from attnum.fma import fma_round
 from attnum.rounding import round_to
 
 # POLY_EX2 in flash_attn/cute/utils.py (each an exact fp32 value), lowest degree first.
@@ -55,22 +56,9 @@ def _ftz(x: torch.Tensor) -> torch.Tensor:
 
 
 def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """fma.rn.ftz.f32: a * b + c rounded once to fp32 (a, b, c float64 tensors holding fp32 values).
-
-    a * b is exact in float64; a TwoSum gives the exact a * b + c = s + e; s is then rounded to odd
-    (the neighbour with an odd last bit when e != 0), which keeps the following nearest-even rounding
-    to fp32 correct (Boldo and Melquiond, IEEE TC 2008)."""
-    p = a * b
-    s = p + c
-    bb = s - p
-    e = (p - (s - bb)) + (c - bb)
-    bits = s.abs().view(torch.int64)
-    away = (e != 0) & ((e > 0) == (s > 0))
-    toward = (e != 0) & ~away
-    odd = (bits & 1) == 1
-    bits = torch.where(away & ~odd, bits + 1, torch.where(toward & ~odd, bits - 1, bits))
-    s_odd = torch.copysign(bits.view(torch.float64), s)
-    return _ftz(round_to(s_odd, "fp32"))  # site: fma
+    """fma.rn.ftz.f32: a * b + c rounded once to fp32 (a, b, c float64 tensors holding fp32 values),
+    the result flushed to zero below fp32's normal range (:func:`attnum.fma.fma_round`)."""
+    return _ftz(fma_round(a, b, c, "fp32"))
 
 
 def exp2_poly(x: torch.Tensor, degree: int = 3) -> torch.Tensor:

@@ -194,7 +194,7 @@ def plan(config: AuditConfig) -> list[tuple[str, Probe]]:
 
 def numerics_label(config: AuditConfig, fn: Callable | None = None) -> str:
     """The arithmetic the verdicts ran under: a Triton target's interpreter model
-    (``triton-interp:nvidia-sm90`` / ``triton-interp:raw``), else ``native``."""
+    (``triton-interp:nvidia-sm90[,fp-fusion]`` / ``triton-interp:raw``), else ``native``."""
     declared = getattr(fn, "attnum_numerics", None)
     if declared:
         return str(declared)

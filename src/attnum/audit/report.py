@@ -61,8 +61,8 @@ def to_json(report: AuditReport) -> dict:
     """``{"target", "passed", "available", "probes": [{"name", "dtype", "passed", "target_error",
     "baseline_error", "bound", "margin", "near_bound", "note", "verdict", "seconds", "cases", "numerics"}],
     "numerics", "rule", "device", "environment"}`` (+ "reason" when nothing was audited); ``numerics``
-    names the arithmetic the verdicts ran under (``triton-interp:nvidia-sm90`` for an interpreted Triton
-    kernel, ``native`` otherwise)."""
+    names the arithmetic the verdicts ran under (``triton-interp:nvidia-sm90,fp-fusion`` for an interpreted
+    Triton kernel, ``native`` otherwise)."""
     cfg = report.config
     doc = {
         "target": report.target,

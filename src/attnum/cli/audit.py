@@ -57,7 +57,9 @@ def register(app: typer.Typer) -> None:
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
         numerics: str = typer.Option("faithful", "--numerics",
                                      help="arithmetic of interpreted Triton kernels: faithful (the GPU's: bf16 "
-                                          "rounding, TF32 dots; verdicts say triton-interp:nvidia-sm90), raw "
+                                          "rounding, TF32 dots, fp32 a*b+c fused unless "
+                                          "TRITON_DEFAULT_FP_FUSION=0; verdicts say "
+                                          "triton-interp:nvidia-sm90[,fp-fusion]), raw "
                                           "(Triton's interpreter as is) or faithful-ex2-approx"),
         emulation: str | None = typer.Option(None, "--emulation",
                                              help="judge forward cases against attnum's emulation of the kernel's "

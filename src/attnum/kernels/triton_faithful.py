@@ -11,7 +11,10 @@ builder (``interpreter_builder``: ``binary_op``, ``unary_op``, ``cast_impl``, ``
 ``ReduceOps.min_max``, ``ScanOps.apply_impl``) for ones that compute what
 :mod:`attnum.kernels.triton_model` says the GPU computes; Triton's own code is not copied, and is
 restored on exit. fp16 element-wise arithmetic is left to numpy, whose float16 operations compute in
-float32 and round once to nearest even -- the model's answer. What is not modelled raises
+float32 and round once to nearest even -- the model's answer. With FP fusion on (Triton's
+``enable_fp_fusion``, :func:`fp_fusion_default`), an fp32 add or subtract one of whose operands an fp32
+multiply produced is one fused multiply-add (:func:`attnum.fma.fma_round`), as LLVM and ptxas contract it;
+``GridExecutor.__call__`` is wrapped to honour a launch's own ``enable_fp_fusion=``. What is not modelled raises
 ``NotImplementedError`` (an ``unsupported`` verdict): fp8 formats other than e4m3fn / e5m2, bf16 and
 fp16 cumulative scans, dot precisions other than tf32 / tf32x3 / ieee.
 
@@ -28,22 +31,27 @@ import threading
 import numpy as np
 import torch
 
+from attnum.fma import fma_round
 from attnum.kernels import triton_model as model
+from attnum.kernels.triton_fusion import fp_fusion_default, not_forced_off
 from attnum.rounding import round_to
 
 NUMERICS = ("faithful", "raw")
 _LOCK = threading.RLock()
 _DEPTH = [0]
 _SAVED: dict = {}
+_PRODUCT = "attnum.fp32_product"  # TensorHandle.attr key: the two factors of an fp32 multiply's result
 
 
-def name(numerics: str = "faithful", *, approx_exp: bool = False) -> str:
-    """The label of the arithmetic a Triton verdict ran under."""
+def name(numerics: str = "faithful", *, approx_exp: bool = False, fp_fusion: bool | None = None) -> str:
+    """The label of the arithmetic a Triton verdict ran under: ``triton-interp:nvidia-sm90`` plus
+    ``,ex2-approx`` and ``,fp-fusion`` when they are on (``fp_fusion=None``: :func:`fp_fusion_default`)."""
     if numerics not in NUMERICS:
         raise ValueError(f"{numerics=} must be one of {NUMERICS}")
     if numerics == "raw":
         return "triton-interp:raw"
-    return f"triton-interp:{model.MODEL}" + (",ex2-approx" if approx_exp else "")
+    fused = fp_fusion_default() if fp_fusion is None else fp_fusion
+    return f"triton-interp:{model.MODEL}" + (",ex2-approx" if approx_exp else "") + (",fp-fusion" if fused else "")
 
 
 def _formats():
@@ -97,7 +105,7 @@ def _precision(p) -> str:
     return text
 
 
-def _install(approx_exp: bool) -> dict:
+def _install(approx_exp: bool, fp_fusion: bool) -> dict:
     from triton._C.libtriton import ir
     from triton.runtime import interpreter as I
 
@@ -105,13 +113,41 @@ def _install(approx_exp: bool) -> dict:
     orig = {k: getattr(b, k) for k in ("binary_op", "unary_op", "cast_impl", "create_fp_to_fp", "create_dot",
                                        "create_fma", "create_clampf", "create_fp_to_si")}
     cls = {(I.ReduceOps, "sum"): I.ReduceOps.sum, (I.ReduceOps, "min_max"): I.ReduceOps.min_max,
-           (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl}
+           (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl, (I.GridExecutor, "__call__"): I.GridExecutor.__call__}
+    fusion = [fp_fusion]  # this launch's enable_fp_fusion
 
     def as32(h):
         return TH(c.decode(h, torch.float32).numpy(), c.tl.float32)
 
+    def f64(data):
+        return torch.from_numpy(np.asarray(data, dtype=np.float64))
+
+    def fp32_op(lhs, rhs, op):
+        """fp32 ``op`` with FP fusion: a multiply's result keeps its factors; an add or subtract with
+        such an operand is one fma (the left product when both are: LLVM's DAG combiner tries the
+        first operand first when their use counts tie, and use counts are not known here)."""
+        if op is np.multiply:
+            out = orig["binary_op"](lhs, rhs, op)
+            out.attr[_PRODUCT] = (lhs.data, rhs.data)
+            return out
+        left, right = lhs.attr.get(_PRODUCT), rhs.attr.get(_PRODUCT)
+        if op not in (np.add, np.subtract) or (left is None and right is None):
+            return orig["binary_op"](lhs, rhs, op)
+        sub = op is np.subtract
+        if left is not None:  # x*y + z, x*y - z
+            (x, y), z = left, -f64(rhs.data) if sub else f64(rhs.data)
+            x = f64(x)
+        else:  # z + x*y, z - x*y
+            (x, y), z = right, f64(lhs.data)
+            x = -f64(x) if sub else f64(x)
+        r = fma_round(x, f64(y), z, "fp32")
+        return TH(r.float().numpy(), lhs.dtype.scalar)
+
     def binary_op(lhs, rhs, op):
-        if c.of(lhs.dtype) != "bf16":
+        fmt = c.of(lhs.dtype)
+        if fmt == "fp32" and fusion[0]:
+            return fp32_op(lhs, rhs, op)
+        if fmt != "bf16":
             return orig["binary_op"](lhs, rhs, op)
         out = orig["binary_op"](as32(lhs), as32(rhs), op)  # fp32, the model's compute format
         if out.data.dtype == np.bool_:
@@ -210,12 +246,24 @@ def _install(approx_exp: bool) -> dict:
                                       "attnum's faithful interpreter")
         return cls[(I.ScanOps, "apply_impl")](self, input)
 
+    def launch(self, *args, **kwargs):
+        asked = kwargs.get("enable_fp_fusion")
+        if asked is None:
+            return cls[(I.GridExecutor, "__call__")](self, *args, **kwargs)
+        before = fusion[0]
+        fusion[0] = bool(asked) and not_forced_off()  # Triton's rule for an explicit request
+        try:
+            return cls[(I.GridExecutor, "__call__")](self, *args, **kwargs)
+        finally:
+            fusion[0] = before
+
     new = {"binary_op": binary_op, "unary_op": unary_op, "cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp,
            "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf,
            "create_fp_to_si": create_fp_to_si}
     for k, fn in new.items():
         setattr(b, k, fn)
     I.ReduceOps.sum, I.ReduceOps.min_max, I.ScanOps.apply_impl = reduce_sum, min_max, scan
+    I.GridExecutor.__call__ = launch
     return {"builder": (b, orig), "classes": cls}
 
 
@@ -236,14 +284,18 @@ def _uninstall(saved: dict) -> None:
 
 
 @contextlib.contextmanager
-def faithful(*, approx_exp: bool = False):
+def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None):
     """Run interpreted Triton kernels inside the block with the GPU's arithmetic (module docstring).
+    ``fp_fusion``: fp32 multiply-add contraction, None for the installed Triton's default
+    (:func:`fp_fusion_default`); a launch's own ``enable_fp_fusion=`` still wins, as on the GPU.
 
-    Needs ``TRITON_INTERPRET=1`` (kernels decorated under it). Re-entrant; not for concurrent threads
-    running interpreted kernels under different settings."""
+    Needs ``TRITON_INTERPRET=1`` (kernels decorated under it). Re-entrant (an inner block keeps the
+    outer one's settings); not for concurrent threads running interpreted kernels under different
+    settings."""
     with _LOCK:
         if _DEPTH[0] == 0:
-            _SAVED["state"] = _install(approx_exp)
+            fused = fp_fusion_default() if fp_fusion is None else fp_fusion
+            _SAVED["state"] = _install(approx_exp, fused)
         _DEPTH[0] += 1
     try:
         yield
@@ -254,7 +306,7 @@ def faithful(*, approx_exp: bool = False):
                 _uninstall(_SAVED.pop("state"))
 
 
-def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False):
+def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False, fp_fusion: bool | None = None):
     """``fn`` run under :func:`faithful` (``numerics="faithful"``) or as is (``"raw"``)."""
     if numerics not in NUMERICS:
         raise ValueError(f"{numerics=} must be one of {NUMERICS}")
@@ -263,7 +315,7 @@ def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False):
 
     @functools.wraps(fn)
     def call(*args, **kw):
-        with faithful(approx_exp=approx_exp):
+        with faithful(approx_exp=approx_exp, fp_fusion=fp_fusion):
             return fn(*args, **kw)
 
     return call

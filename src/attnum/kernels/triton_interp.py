@@ -67,7 +67,8 @@ def check_numerics(numerics: str) -> str:
 
 
 def label(numerics: str) -> str:
-    """What verdicts say they ran under: ``triton-interp:nvidia-sm90`` / ``triton-interp:raw``."""
+    """What verdicts say they ran under: ``triton-interp:nvidia-sm90`` (``,fp-fusion`` when
+    fp32 multiply-adds are contracted, Triton's default through 3.9) / ``triton-interp:raw``."""
     from attnum.kernels import triton_faithful
 
     check_numerics(numerics)

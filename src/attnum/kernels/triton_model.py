@@ -36,6 +36,10 @@ What the GPU does, and where it is written down (Triton 3.x, ``third_party/nvidi
   documents for the fast base-2 exponential, 2 ulp (CUDA C++ Programming Guide, "Mathematical
   Functions", ``exp2f``), taken as a relative error of 2**-22 and applied as the worst case (the
   result pushed outward by that much, then rounded to fp32). Not a bit-exact model of the hardware.
+- **fp32 multiply-add contraction** (FP fusion, Triton's ``enable_fp_fusion``, on by default through
+  Triton 3.9): the NVIDIA backend hands LLVM ``AllowFPOpFusion = Fast`` (``llvm.translate_to_asm``'s
+  ``enable_fp_fusion`` argument) and runs ptxas without ``--fmad=false``, so ``a * b + c`` becomes
+  ``fma.rn.f32``: one rounding. :func:`mul_add`; without fusion the product is rounded first.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ import math
 
 import torch
 
+from attnum.fma import fma_round
 from attnum.rounding import round_to
 
 MODEL = "nvidia-sm90"
-"""The model's name in verdicts: ``triton-interp:nvidia-sm90`` (sm80 rounds the same, see above)."""
+"""The model's name in verdicts: ``triton-interp:nvidia-sm90`` (sm80 rounds the same, see above), with
+``,fp-fusion`` when fp32 multiply-adds are contracted."""
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
 EX2_APPROX_REL_ERR = 2.0 ** -22
@@ -59,6 +65,15 @@ def elementwise(op, a: torch.Tensor, b: torch.Tensor, fmt: str) -> torch.Tensor:
     rounded once to ``fmt``. ``op`` is a torch binary function; a bool result is returned as is."""
     r = op(a.float(), b.float())
     return r if r.dtype == torch.bool else round_to(r, fmt)
+
+
+def mul_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, fused: bool) -> torch.Tensor:
+    """``a * b + c`` of fp32 values as the GPU computes it: one ``fma.rn.f32`` with FP fusion, else
+    ``mul.rn`` then ``add.rn`` (the product rounded to fp32 first). Returns float64."""
+    a, b, c = a.double(), b.double(), c.double()
+    if fused:
+        return fma_round(a, b, c, "fp32")
+    return round_to(round_to(a * b, "fp32") + c, "fp32")
 
 
 def unary(op, a: torch.Tensor, fmt: str) -> torch.Tensor:

@@ -106,6 +106,27 @@ def _checks():
     K.max_bf16[(1,)](x, y, N=n)
     yield "bf16 tl.max", y.float(), x.float().max().reshape(1)
 
+    yield from _mul_add_checks(K, n)
+
+
+def mul_add_inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 a, b, c with c close to -a*b, where one rounding (fma) and two differ most often."""
+    a, b = _inputs(14, n), _inputs(15, n)
+    c = (-(a.double() * b.double()) * (1 + _inputs(16, n).double() * 2.0 ** -12)).float()
+    return a, b, c
+
+
+def _mul_add_checks(K, n: int):
+    """fp32 a * b + c, c - a * b and a * b, launched with FP fusion on and off (``enable_fp_fusion=``)."""
+    a, b, c = mul_add_inputs(n)
+    for fused in (True, False):
+        y, z, w = (torch.empty(n, dtype=torch.float32) for _ in range(3))
+        K.mul_add[(1,)](a, b, c, y, z, w, N=n, enable_fp_fusion=fused)
+        tag = "fp-fusion" if fused else "no fp-fusion"
+        yield f"fp32 a * b + c ({tag})", y, model.mul_add(a, b, c, fused=fused).float()
+        yield f"fp32 c - a * b ({tag})", z, model.mul_add(-a, b, c, fused=fused).float()
+        yield f"fp32 a * b ({tag})", w, model.cast(a.double() * b.double(), "fp32").float()
+
 
 @functools.cache
 def run() -> tuple[Check, ...]:

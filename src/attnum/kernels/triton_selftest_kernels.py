@@ -78,3 +78,14 @@ def to_int8(x_ptr, y_ptr, N: tl.constexpr):
     x = tl.load(x_ptr + i)
     x += 0.5 * tl.where(x >= 0, 1, -1)
     tl.store(y_ptr + i, x.to(tl.int8))
+
+
+@triton.jit
+def mul_add(a_ptr, b_ptr, c_ptr, y_ptr, z_ptr, w_ptr, N: tl.constexpr):
+    """fp32: y = a * b + c and z = c - a * b (one product, two uses), w = a * b (stored alone)."""
+    i = tl.arange(0, N)
+    a, b, c = tl.load(a_ptr + i), tl.load(b_ptr + i), tl.load(c_ptr + i)
+    p = a * b
+    tl.store(y_ptr + i, p + c)
+    tl.store(z_ptr + i, c - p)
+    tl.store(w_ptr + i, p)
