@@ -100,6 +100,7 @@ def test_self_test_passes_and_the_raw_interpreter_fails_it():
     # numpy rounds a * b before the add: the contracted checks fail raw, the uncontracted ones pass
     assert not raw["fp32 a * b + c (fp-fusion)"] and not raw["fp32 c - a * b (fp-fusion)"], raw
     assert raw["fp32 a * b + c (no fp-fusion)"] and raw["fp32 c - a * b (no fp-fusion)"], raw
+    assert not raw["fp32 acc * s + tl.dot(a, b) (combined)"], raw
 
 
 def test_fused_and_unfused_mul_add_differ_on_the_self_test_inputs():
@@ -111,6 +112,21 @@ def test_fused_and_unfused_mul_add_differ_on_the_self_test_inputs():
     fused, unfused = model.mul_add(a, b, c, fused=True), model.mul_add(a, b, c, fused=False)
     assert int((fused != unfused).sum()) >= 8
     assert torch.equal(fused, model.mul_add(b, a, c, fused=True))
+
+
+def test_combined_dot_add_differs_from_adding_after_and_from_an_fma():
+    """The self-test's dot-add inputs tell the combine pass (acc as the MMA's accumulator) from both
+    wrong models: the dot from zero then one add, and the rescale fused into the add."""
+    from attnum.kernels.triton_selftest import dot_add_inputs
+
+    a, b, acc, s = dot_add_inputs()
+    start = model.cast(acc.double() * s.double()[:, None], "fp32")
+    zero = torch.zeros(16, 16, dtype=torch.float64)
+    d = model.dot(a.double(), b.double(), zero, operand_bits=16)
+    combined = model.dot(a.double(), b.double(), start, operand_bits=16)
+    added = model.cast(d + start, "fp32")
+    fused = model.mul_add(acc, s[:, None].expand(16, 16), d, fused=True)
+    assert int((combined != added).sum()) >= 16 and int((combined != fused).sum()) >= 16
 
 
 _FUSION_PROBE = """

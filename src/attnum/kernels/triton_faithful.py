@@ -14,7 +14,9 @@ restored on exit. fp16 element-wise arithmetic is left to numpy, whose float16 o
 float32 and round once to nearest even -- the model's answer. With FP fusion on (Triton's
 ``enable_fp_fusion``, :func:`fp_fusion_default`), an fp32 add or subtract one of whose operands an fp32
 multiply produced is one fused multiply-add (:func:`attnum.fma.fma_round`), as LLVM and ptxas contract it;
-``GridExecutor.__call__`` is wrapped to honour a launch's own ``enable_fp_fusion=``. What is not modelled raises
+``GridExecutor.__call__`` is wrapped to honour a launch's own ``enable_fp_fusion=``. Before either, an
+add of ``tl.dot(a, b)`` (zero accumulator) and d is ``tl.dot(a, b, d)``, as Triton's combine pass
+rewrites it. What is not modelled raises
 ``NotImplementedError`` (an ``unsupported`` verdict): fp8 formats other than e4m3fn / e5m2, bf16 and
 fp16 cumulative scans, dot precisions other than tf32 / tf32x3 / ieee.
 
@@ -41,6 +43,7 @@ _LOCK = threading.RLock()
 _DEPTH = [0]
 _SAVED: dict = {}
 _PRODUCT = "attnum.fp32_product"  # TensorHandle.attr key: the two factors of an fp32 multiply's result
+_DOT = "attnum.dot_zero_acc"  # TensorHandle.attr key: the operands of a tl.dot whose accumulator was zero
 
 
 def name(numerics: str = "faithful", *, approx_exp: bool = False, fp_fusion: bool | None = None) -> str:
@@ -145,6 +148,10 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
 
     def binary_op(lhs, rhs, op):
         fmt = c.of(lhs.dtype)
+        if op is np.add and fmt is not None:
+            combined = dot_add(lhs, rhs)
+            if combined is not None:
+                return combined
         if fmt == "fp32" and fusion[0]:
             return fp32_op(lhs, rhs, op)
         if fmt != "bf16":
@@ -197,10 +204,28 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
         if fa is None or fb is None or fd is None:  # mixed integer / float operands: not modelled
             raise NotImplementedError("tl.dot of mixed integer and float operands is not modelled by attnum's "
                                       "faithful interpreter")
-        r = model.dot(c.decode(a), c.decode(bb), c.decode(d), precision=_precision(input_precision),
-                      operand_bits=min(a.dtype.scalar.primitive_bitwidth, bb.dtype.scalar.primitive_bitwidth),
-                      out_fmt=fd)
-        return TH(c.encode(r, fd), d.dtype.scalar)
+        how = {"precision": _precision(input_precision), "out_fmt": fd,
+               "operand_bits": min(a.dtype.scalar.primitive_bitwidth, bb.dtype.scalar.primitive_bitwidth)}
+        acc = c.decode(d)
+        out = TH(c.encode(model.dot(c.decode(a), c.decode(bb), acc, **how), fd), d.dtype.scalar)
+        if not max_num_imprecise_acc and not bool(acc.any()):  # dot(a, b, 0): an add may become its acc
+            out.attr[_DOT] = (a, bb, how)
+        return out
+
+    def dot_add(lhs, rhs):
+        """Triton's combine pass (``Combine.td``, ``CombineDotAddFPattern`` and its reverse):
+        ``d + tl.dot(a, b)`` with a zero accumulator becomes ``tl.dot(a, b, d)``, the add gone, so the
+        MMA accumulates onto d (rounded per k-step) instead of d being added once at the end. The
+        pattern also wants the dot result used once and a zero constant as accumulator; neither is
+        visible here (an all-zero accumulator is taken for the constant). None: no dot operand."""
+        dot_of, acc = rhs.attr.get(_DOT), lhs
+        if dot_of is None:
+            dot_of, acc = lhs.attr.get(_DOT), rhs
+        if dot_of is None:
+            return None
+        a, bb, how = dot_of
+        r = model.dot(c.decode(a), c.decode(bb), c.decode(acc), **how)
+        return TH(c.encode(r, how["out_fmt"]), lhs.dtype.scalar)
 
     def create_fma(x, y, z):
         if c.of(z.dtype) != "bf16":

@@ -40,6 +40,10 @@ What the GPU does, and where it is written down (Triton 3.x, ``third_party/nvidi
   Triton 3.9): the NVIDIA backend hands LLVM ``AllowFPOpFusion = Fast`` (``llvm.translate_to_asm``'s
   ``enable_fp_fusion`` argument) and runs ptxas without ``--fmad=false``, so ``a * b + c`` becomes
   ``fma.rn.f32``: one rounding. :func:`mul_add`; without fusion the product is rounded first.
+- **d + tl.dot(a, b)** is ``tl.dot(a, b, d)``: Triton's combine pass (``Combine.td``,
+  ``CombineDotAddFPattern`` and its reverse: a zero accumulator, the dot result used once,
+  ``max_num_imprecise_acc == 0``) removes the add before LLVM sees it, so d is the MMA's accumulator
+  (rounded with it per k-step) and no multiply producing d is fused: :func:`dot` with ``acc=d``.
 """
 
 from __future__ import annotations

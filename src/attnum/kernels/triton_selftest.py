@@ -107,6 +107,24 @@ def _checks():
     yield "bf16 tl.max", y.float(), x.float().max().reshape(1)
 
     yield from _mul_add_checks(K, n)
+    yield from _dot_add_checks(K)
+
+
+def dot_add_inputs() -> tuple[torch.Tensor, ...]:
+    """fp16 a (16, 32), b (32, 16); fp32 c (16, 16), s (16): c * s[:, None] + a @ b, with c * s large
+    enough against a @ b that accumulating onto it per k-step and adding it once differ."""
+    a, b = _inputs(17, 16, 32).half(), _inputs(18, 32, 16).half()
+    return a, b, _inputs(19, 16, 16, scale=64.0), _inputs(20, 16).abs() + 0.5
+
+
+def _dot_add_checks(K):
+    """``acc * s + tl.dot(a, b)``: Triton's combine pass makes the rescaled acc (its product rounded to
+    fp32, not fused: the add is gone) the dot's accumulator."""
+    a, b, acc, s = dot_add_inputs()
+    y = torch.empty(16, 16, dtype=torch.float32)
+    K.scaled_acc_dot[(1,)](a, b, acc, s, y, M=16, K=32, N=16)
+    start = model.cast(acc.double() * s.double()[:, None], "fp32")
+    yield "fp32 acc * s + tl.dot(a, b) (combined)", y, model.dot(a.double(), b.double(), start, operand_bits=16).float()
 
 
 def mul_add_inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

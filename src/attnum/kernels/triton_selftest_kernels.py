@@ -89,3 +89,14 @@ def mul_add(a_ptr, b_ptr, c_ptr, y_ptr, z_ptr, w_ptr, N: tl.constexpr):
     tl.store(y_ptr + i, p + c)
     tl.store(z_ptr + i, c - p)
     tl.store(w_ptr + i, p)
+
+
+@triton.jit
+def scaled_acc_dot(a_ptr, b_ptr, c_ptr, s_ptr, y_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
+    """y (fp32) = c * s[:, None] + tl.dot(a, b): fp16 a, b; the online-softmax rescale then P V."""
+    m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    a = tl.load(a_ptr + m[:, None] * K + k[None, :])
+    b = tl.load(b_ptr + k[:, None] * N + n[None, :])
+    acc = tl.load(c_ptr + m[:, None] * N + n[None, :]) * tl.load(s_ptr + m)[:, None]
+    acc += tl.dot(a, b)
+    tl.store(y_ptr + m[:, None] * N + n[None, :], acc)
