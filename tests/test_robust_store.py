@@ -236,15 +236,22 @@ def test_transaction_left_open_by_ctrl_c_is_rolled_back_by_the_next(tmp_path):
         assert store._q("SELECT COUNT(*) FROM environments WHERE env_id = 'half'") == [(0,)]
 
 
+def _write_interrupted(store, run, prefix):
+    """``store.write`` of point "a" with Ctrl-C right after its first statement starting with ``prefix``."""
+    real = store._db
+    store._db = _InterruptOn(real, prefix)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.write(_result("a"), run)
+    finally:
+        store._db = real
+
+
 def test_ctrl_c_right_after_begin_leaves_no_transaction_open(tmp_path):
     with _bound(tmp_path) as store:
         run = store.begin_run(command="c", n_todo=3, executor="local", jobs=1)
-        real = store._db
-        store._db = _InterruptOn(real, "BEGIN")
-        with pytest.raises(KeyboardInterrupt):
-            store.write(_result("a"), run)
-        store._db = real
-        assert not real.in_transaction
+        _write_interrupted(store, run, "BEGIN")
+        assert not store._db.in_transaction
         store.write(_result("b"), run)
         store.end_run(run, "interrupted")
         assert store.counts()["done"] == 1
@@ -255,11 +262,7 @@ def test_environment_of_a_rolled_back_write_is_written_with_the_next_point(tmp_p
     the same environment must insert the row again, or it would name an environment the store lacks."""
     with _bound(tmp_path) as store:
         run = store.begin_run(command="c", n_todo=3, executor="local", jobs=1)
-        real = store._db
-        store._db = _InterruptOn(real, "INSERT INTO points")
-        with pytest.raises(KeyboardInterrupt):
-            store.write(_result("a"), run)
-        store._db = real
+        _write_interrupted(store, run, "INSERT INTO points")
         store.write(_result("b"), run)
         store.end_run(run, "interrupted")
         orphans = store._q("SELECT key FROM points WHERE env_id NOT IN (SELECT env_id FROM environments)")

@@ -13,7 +13,7 @@ builder (``interpreter_builder``: ``binary_op``, ``unary_op``, ``cast_impl``, ``
 restored on exit. fp16 element-wise arithmetic is left to numpy, whose float16 operations compute in
 float32 and round once to nearest even -- the model's answer. With FP fusion on (Triton's
 ``enable_fp_fusion``, :func:`fp_fusion_default`), an fp32 add or subtract one of whose operands an fp32
-multiply produced is one fused multiply-add (:func:`attnum.fma.fma_round`), as LLVM and ptxas contract it;
+multiply produced is one fused multiply-add (:func:`attnum.kernels.triton_model.mul_add`), as LLVM and ptxas contract it;
 ``GridExecutor.__call__`` is wrapped to honour a launch's own ``enable_fp_fusion=``. Before either, an
 add of ``tl.dot(a, b)`` (zero accumulator) and d is ``tl.dot(a, b, d)``, as Triton's combine pass
 rewrites it. What is not modelled raises
@@ -33,7 +33,6 @@ import threading
 import numpy as np
 import torch
 
-from attnum.fma import fma_round
 from attnum.kernels import triton_model as model
 from attnum.kernels.triton_fusion import fp_fusion_default, not_forced_off
 from attnum.rounding import round_to
@@ -136,15 +135,13 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
         left, right = lhs.attr.get(_PRODUCT), rhs.attr.get(_PRODUCT)
         if op not in (np.add, np.subtract) or (left is None and right is None):
             return orig["binary_op"](lhs, rhs, op)
-        sub = op is np.subtract
+        sign = -1.0 if op is np.subtract else 1.0
         if left is not None:  # x*y + z, x*y - z
-            (x, y), z = left, -f64(rhs.data) if sub else f64(rhs.data)
-            x = f64(x)
+            (x, y), z = map(f64, left), sign * f64(rhs.data)
         else:  # z + x*y, z - x*y
-            (x, y), z = right, f64(lhs.data)
-            x = -f64(x) if sub else f64(x)
-        r = fma_round(x, f64(y), z, "fp32")
-        return TH(r.float().numpy(), lhs.dtype.scalar)
+            (x, y), z = map(f64, right), f64(lhs.data)
+            x = sign * x
+        return TH(model.mul_add(x, y, z, fused=True).float().numpy(), lhs.dtype.scalar)
 
     def binary_op(lhs, rhs, op):
         fmt = c.of(lhs.dtype)
