@@ -76,3 +76,42 @@ def test_ml_dtypes_float64_casts_agree(name):
     with np.errstate(over="ignore"):
         want = x.astype(np.float16 if name == "fp16" else getattr(ml_dtypes, ML[name])).astype(np.float64)
     assert_same_floats(round_to(torch.from_numpy(x), fmt).numpy(), want, x, name)
+
+
+def _count_rne32_mismatches():
+    from numba import njit
+
+    from attnum.jit import _bits32, _from_bits32, rne, rne32
+
+    @njit(cache=False, error_model="numpy")
+    def count(a64, a32):
+        """Every float32 bit pattern: rne32 on float32's bits against rne from the exact float64 value
+        (two NaNs count as equal); the number of mismatches (branch-free: the loop vectorizes)."""
+        bad = 0
+        for i in range(-(1 << 31), 1 << 31):
+            x = _from_bits32(np.int32(i))
+            got = rne32(x, a32[0], a32[1], a32[2], a32[3], a32[4], a32[5], a32[6])
+            want = np.float32(rne(np.float64(x), a64[0], a64[1], a64[2], a64[3], a64[4], a64[5], a64[6]))
+            bad += (_bits32(got) != _bits32(want)) & ((got == got) | (want == want))
+        return bad
+    return count
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if jit.rne32_applies(get_format(f), np.float32, np.float32)],
+                         ids=str)
+def test_float32_kernel_on_every_float32(fmt):
+    """jit.rne32 (nearest-even on float32's own bits) gives the bits of the float64 kernel on all 2**32
+    float32 inputs, with and without saturation: an exhaustive proof, not a sample."""
+    fmt = get_format(fmt)
+    count = _count_rne32_mismatches()
+    for saturate in (False, True):
+        bad = count(jit.rne_args(fmt, saturate), jit.rne32_args(fmt, saturate))
+        assert bad == 0, f"{fmt} saturate={saturate}: {bad} of the 2**32 float32 inputs differ"
+
+
+def test_float32_kernel_applies_where_exact():
+    """rne32 is chosen only for formats inside fp32's normal range with fewer mantissa bits than fp32."""
+    assert jit.rne32_applies(get_format("bf16"), np.float32, np.float32)
+    assert not jit.rne32_applies(get_format("bf16"), np.float64, np.float64)
+    assert not jit.rne32_applies(get_format("fp32"), np.float32, np.float32)  # 23 mantissa bits: nothing dropped
+    assert not jit.rne32_applies(FloatFormat(ebits=9, mbits=2, specials="none"), np.float32, np.float32)

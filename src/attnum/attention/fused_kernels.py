@@ -5,7 +5,8 @@ Shape alphabet: B batch, H heads, N queries, C keys in the tile (Bc), dv value d
 Every operation is the one the unfused step does, in the same order and in the carrier's dtype (an
 IEEE operation gives the same bits whichever program performs it); every rounding is
 :func:`attnum.jit.round_scalar`, bit-for-bit :func:`attnum.round_to`. A site is passed as the tuple
-``(identity, *jit.rne_args(fmt))`` (:func:`site_args`).
+``(identity, *jit.rne_args(fmt), *jit.rne32_args(fmt))`` (:func:`site_args`; Nones for the last seven
+where the float32 kernel does not apply).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if jit.numba is not None:
     from numba import njit, types
     from numba.extending import intrinsic, overload
 
-    from attnum.jit import _from_bits, rne
+    from attnum.jit import _from_bits, rne, rne32
 
     def as_carrier(v, like):
         """``v`` converted to the dtype of ``like`` (a carrier scalar): exact for values on a site's grid."""
@@ -78,12 +79,22 @@ if jit.numba is not None:
             return float_of_bits(it(kmax ^ ((kmax >> shift) & mask)))  # it(): max() may widen to int64
         return impl
 
+    def _rne_carrier(x, a):
+        """x rounded at the site ``a`` (not the identity), in x's dtype: on float32's own bits for a
+        float32 x (:func:`attnum.jit.rne32`; the same bits), else from float64."""
+
+    @overload(_rne_carrier)
+    def _rne_carrier_impl(x, a):
+        if x == types.float32 and not isinstance(a.types[8], types.NoneType):  # chosen when compiled
+            return lambda x, a: rne32(x, a[8], a[9], a[10], a[11], a[12], a[13], a[14])
+        return lambda x, a: as_carrier(rne(np.float64(x), a[1], a[2], a[3], a[4], a[5], a[6], a[7]), x)
+
     @njit(inline="always", cache=True, error_model="numpy")
     def _rnd(x, a):
         """x (a carrier scalar) rounded at the site ``a``; the result in the carrier."""
         if a[0]:
             return x
-        return as_carrier(rne(np.float64(x), a[1], a[2], a[3], a[4], a[5], a[6], a[7]), x)
+        return _rne_carrier(x, a)
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def scores_(s, scale, use_scale, sc, add, use_add, keep, use_keep):
@@ -206,5 +217,10 @@ if jit.numba is not None:
 
 @functools.lru_cache(maxsize=256)
 def site_args(fmt, carrier_fmt) -> tuple:
-    """A site's format as the kernels' tuple; ``identity`` when every carrier value lies on its grid."""
-    return (bool(carrier_fmt.fits_in(fmt)), *jit.rne_args(fmt))
+    """A site's format as the kernels' tuple: ``identity`` (every carrier value lies on its grid), then
+    :func:`attnum.jit.rne_args`, then :func:`attnum.jit.rne32_args` when the float32 kernel applies to a
+    float32 carrier, else seven Nones (the kernels then round a float32 from float64; the choice is made
+    when a kernel is compiled, from the tuple's type, so no branch runs per element)."""
+    identity = bool(carrier_fmt.fits_in(fmt))
+    use32 = not identity and carrier_fmt.mbits == 23 and jit.rne32_applies(fmt, np.float32, np.float32)
+    return (identity, *jit.rne_args(fmt), *(jit.rne32_args(fmt) if use32 else (None,) * 7))
