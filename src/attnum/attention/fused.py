@@ -170,11 +170,18 @@ def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     if not policy.exp.fits_in(policy.probs):  # P as fed to the P V matmul (after its row sum is taken)
         _round_site_(p, policy, "probs")
-    pv = steps.matmul(p, v_j, policy).contiguous()
+    pv = _pv(p, v_j, policy, ws)
     R, dv = acc.numel() // acc.shape[-1], acc.shape[-1]
     acc_update_(acc.view(R, dv).numpy(), alpha.reshape(R).contiguous().numpy(), pv.view(R, dv).numpy(),
                 site_args(policy.acc, _carrier_fmt(policy)))
     return m_new, l, acc
+
+
+def _pv(p, v_j, policy: Policy, ws):
+    """P V_j (the policy's matmul), a native product written into a kept buffer (same bits, no fresh
+    allocation per tile); contiguous."""
+    shape = (*torch.broadcast_shapes(p.shape[:-2], v_j.shape[:-2]), p.shape[-2], v_j.shape[-1])
+    return steps.matmul(p, v_j, policy, out=ws.get("pv", shape, p.dtype, p.device)).contiguous()
 
 
 def _fa4_exp(q, k_j, tile, scale: float, m, policy: Policy, buf):
@@ -213,7 +220,7 @@ def fa1_step(q, k_j, v_j, tile, scale: float, m, l, o, policy: Policy, ws, buf):
     alpha = policy.round("rescale", torch.exp(m - m_safe))
     beta = policy.round("rescale", torch.exp(m_blk - m_safe))
     l_new = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", beta * l_blk))
-    pv = steps.matmul(p, v_j, policy).contiguous()
+    pv = _pv(p, v_j, policy, ws)
     R, dv = o.numel() // o.shape[-1], o.shape[-1]
     carrier = _carrier_fmt(policy)
 
