@@ -129,14 +129,15 @@ if jit.numba is not None:
         zero = as_carrier(0.0, m_blk[0])
         nan = as_carrier(np.nan, m_blk[0])
         for r in range(R):
+            row = s[r]  # 1-D row views: the inner loops vectorize (2-D indexing measured 1.7x slower)
             mx = as_carrier(row_max(bits[r]), zero)
             m_blk[r] = mx
             if qy:
                 near = 0
                 for j in range(C):
-                    near += mx - s[r, j] <= tol
+                    near += mx - row[j] <= tol
                 if near > 1 and abs(mx) <= limit:
-                    mx = mx * 2 if mx > 0 else zero
+                    mx = mx + mx if mx > 0 else zero  # 2 * mx in the carrier (a literal 2 would widen to float64)
                     m_blk[r] = mx
             mn = mx
             if fa2:
@@ -144,24 +145,25 @@ if jit.numba is not None:
                 mn = nan if (mo != mo or mn != mn) else (mo if mo > mn else mn)
             mn = zero if mn == -np.inf else mn
             for j in range(C):
-                s[r, j] = s[r, j] - mn
+                row[j] = row[j] - mn
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def sub_rows_(s, x):
         """s (R, C) <- s - x[r] per row, in place (the backward's S - LSE)."""
         R, C = s.shape
         for r in range(R):
+            row, xr = s[r], x[r]
             for j in range(C):
-                s[r, j] = s[r, j] - x[r]
+                row[j] = row[j] - xr
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def ds_(dp, p, D, sc, pr):
         """dS (R, C) <- round(P * (round(dP, scores) - D), probs) in place in dp; D (R,)."""
         R, C = dp.shape
         for r in range(R):
-            dr = D[r]
+            dr, dpr, pr_ = D[r], dp[r], p[r]
             for j in range(C):
-                dp[r, j] = _rnd(p[r, j] * (_rnd(dp[r, j], sc) - dr), pr)
+                dpr[j] = _rnd(pr_[j] * (_rnd(dpr[j], sc) - dr), pr)
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def round_(p, site):
@@ -174,9 +176,9 @@ if jit.numba is not None:
         """acc (R, dv) <- round(round(acc * alpha, acc) + round(pv, acc), acc); alpha (R,)."""
         R, D = acc.shape
         for r in range(R):
-            a = alpha[r]
+            a, accr, pvr = alpha[r], acc[r], pv[r]
             for c in range(D):
-                acc[r, c] = _rnd(_rnd(acc[r, c] * a, ac) + _rnd(pv[r, c], ac), ac)
+                accr[c] = _rnd(_rnd(accr[c] * a, ac) + _rnd(pvr[c], ac), ac)
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def fa1_out_(o, la, beta, pv, l_new, any_empty, ac, out):
