@@ -184,11 +184,15 @@ if jit.numba is not None:
     def fa1_out_(o, la, beta, pv, l_new, any_empty, ac, out):
         """FA1's O (R, dv) <- round(zero_empty((round(la * O, acc) + round(beta * round(pv, acc), acc)) / l_new), out)."""
         R, D = o.shape
+        if R == 0:
+            return
+        zero = as_carrier(0.0, l_new[0])
         for r in range(R):
             zero_row = any_empty and l_new[r] == 0
+            lar, br, lr, orow, pvr = la[r], beta[r], l_new[r], o[r], pv[r]
             for c in range(D):
-                x = (_rnd(la[r] * o[r, c], ac) + _rnd(beta[r] * _rnd(pv[r, c], ac), ac)) / l_new[r]
-                o[r, c] = 0.0 if zero_row else _rnd(x, out)
+                x = (_rnd(lar * orow[c], ac) + _rnd(br * _rnd(pvr[c], ac), ac)) / lr
+                orow[c] = zero if zero_row else _rnd(x, out)
 
     def abs_range(bits):
         """(max |x|, min nonzero |x|) of a flat carrier array given as its IEEE bits (int32 for float32,
