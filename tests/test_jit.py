@@ -5,6 +5,7 @@ CPU); here: wide and unusual formats, both carriers, both modes, saturation, in 
 own float64 casts, which are single roundings too.
 """
 
+import functools
 import os
 
 import numpy as np
@@ -80,6 +81,7 @@ def test_ml_dtypes_float64_casts_agree(name):
     assert_same_floats(round_to(torch.from_numpy(x), fmt).numpy(), want, x, name)
 
 
+@functools.lru_cache(maxsize=1)
 def _count_rne32_mismatches():
     from numba import njit
 

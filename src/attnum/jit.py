@@ -76,19 +76,19 @@ def format_args(fmt, mode: str, saturate: bool) -> tuple:
 
 
 if numba is not None:
-    @intrinsic
-    def _bits(typingctx, x):
-        """The IEEE bits of a float64 as an int64 (a register bitcast)."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.int64))
-        return types.int64(types.float64), codegen
+    def _bitcast(src, dst):
+        """An intrinsic reinterpreting a ``src`` scalar's bits as ``dst`` (a register bitcast)."""
+        @intrinsic
+        def cast(typingctx, x):
+            def codegen(context, builder, signature, args):
+                return builder.bitcast(args[0], context.get_value_type(dst))
+            return dst(src), codegen
+        return cast
 
-    @intrinsic
-    def _from_bits(typingctx, i):
-        """The float64 whose IEEE bits are the int64 ``i``."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.float64))
-        return types.float64(types.int64), codegen
+    _bits = _bitcast(types.float64, types.int64)  # the IEEE bits of a float64
+    _from_bits = _bitcast(types.int64, types.float64)  # the float64 whose IEEE bits are an int64
+    _bits32 = _bitcast(types.float32, types.int32)
+    _from_bits32 = _bitcast(types.int32, types.float32)
 
     @njit(inline="always", cache=True, error_model="numpy")
     def _pow2(q):
@@ -167,20 +167,6 @@ if numba is not None:
         r = infv if a == np.inf else r
         r = -r if _bits(x) < 0 else r
         return x if a != a else r
-
-    @intrinsic
-    def _bits32(typingctx, x):
-        """The IEEE bits of a float32 as an int32 (a register bitcast)."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.int32))
-        return types.int32(types.float32), codegen
-
-    @intrinsic
-    def _from_bits32(typingctx, i):
-        """The float32 whose IEEE bits are the int32 ``i``."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.float32))
-        return types.float32(types.int32), codegen
 
     @njit(inline="always", cache=True, error_model="numpy")
     def rne32(x, drop, magic, tiny, fmax, over, infv, nosub):

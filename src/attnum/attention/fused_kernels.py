@@ -19,9 +19,9 @@ from attnum import jit
 
 if jit.numba is not None:
     from numba import njit, types
-    from numba.extending import intrinsic, overload
+    from numba.extending import overload
 
-    from attnum.jit import _from_bits, rne, rne32
+    from attnum.jit import _from_bits, _from_bits32, rne, rne32
 
     def as_carrier(v, like):
         """``v`` converted to the dtype of ``like`` (a carrier scalar): exact for values on a site's grid."""
@@ -31,13 +31,6 @@ if jit.numba is not None:
         if like == types.float32:
             return lambda v, like: np.float32(v)
         return lambda v, like: np.float64(v)
-
-    @intrinsic
-    def _f32_from_bits(typingctx, i):
-        """The float32 whose IEEE bits are the int32 ``i``."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.float32))
-        return types.float32(types.int32), codegen
 
     def row_max(bits):
         """The max of a carrier row given as its IEEE bits (int32 for float32, int64 for float64), as
@@ -59,7 +52,7 @@ if jit.numba is not None:
     @overload(float_of_bits)
     def _float_of_bits(i):
         if i == types.int32:
-            return lambda i: _f32_from_bits(i)
+            return lambda i: _from_bits32(i)
         return lambda i: _from_bits(i)
 
     @overload(row_max)
