@@ -38,7 +38,7 @@ def measure(cfg, reps: int) -> dict[str, float]:
     """Median seconds of point, signed, detect and tiles (see the module docstring) at ``cfg``."""
     from attnum import baseline_attention, flash_attention, golden_attention
     from attnum.attention.ties import score_ties, score_ties_by
-    from attnum.metrics import signed_error
+    from attnum.numerics.metrics import signed_error
     from attnum.studies.paper.compare import compare_inputs, run_compare
 
     pol, (q, k, v) = compare_inputs(cfg)

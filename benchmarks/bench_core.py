@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attnum import flash_attention, golden_attention, jit, round_to
+from attnum import flash_attention, golden_attention, round_to
+from attnum.numerics import jit
 
 
 def cpu_model() -> str:

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from attnum import flash_attention, golden_attention
 from attnum.attention.baseline import baseline_attention
 from attnum.attention.decode import decode_attention
-from attnum.formats import get_format
-from attnum.policy import parse_policy
+from attnum.numerics.formats import get_format
+from attnum.numerics.policy import parse_policy
 
 POLICIES = ("fp32", "fa2:bf16", "uniform:e4m3fn")
 

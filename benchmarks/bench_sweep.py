@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnum import memo
-from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.point_runner import run_point
-from attnum.experiments.spec import spec_from_dict
-from attnum.store import Store
+from attnum.store.db import Store
 from attnum.studies.paper.point import Point
+from attnum.sweep import memo
+from attnum.sweep.executors import SweepOptions, run_sweep
+from attnum.sweep.point_runner import run_point
+from attnum.sweep.spec import spec_from_dict
 
 CLI = "import sys; from attnum.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -71,7 +71,7 @@ def jobs_speedup(out_root: Path) -> dict:
     out["speedup_of_ceiling"] = out["speedup"] / out["ceiling"]
     # What the pool pays once: spawning workers that import torch and attnum.
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch, attnum.experiments.point_runner"], check=True)
+    subprocess.run([sys.executable, "-c", "import torch, attnum.sweep.point_runner"], check=True)
     out["worker_start_s"] = time.perf_counter() - t0
     return out
 

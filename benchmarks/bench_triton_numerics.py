@@ -35,9 +35,9 @@ def main() -> None:
     import _real_kernels_check as lean
 
     from attnum.audit.harness import ProbeContext
-    from attnum.formats import get_format, torch_dtype
     from attnum.kernels import triton_selftest
     from attnum.kernels.registry import resolve
+    from attnum.numerics.formats import get_format, torch_dtype
 
     torch.set_num_threads(1)
     assert not triton_selftest.failure(), triton_selftest.failure()

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from scipy.stats import wasserstein_distance as scipy_w1
 
-    from attnum.metrics import wasserstein_distance
+    from attnum.numerics.metrics import wasserstein_distance
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal(args.n, dtype=np.float32) * np.float32(0.02)

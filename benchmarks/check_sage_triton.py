@@ -40,7 +40,7 @@ def main() -> int:
 
     from attnum.attention import flash_attention, golden_attention
     from attnum.attention.sage_quant import LOG2E32, f32, quantize_groups, smooth_k
-    from attnum.lowbit import SAGE
+    from attnum.numerics.lowbit import SAGE
 
     N, d = args.seq_len, args.head_dim
     g = torch.Generator().manual_seed(0)

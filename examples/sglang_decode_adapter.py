@@ -3,7 +3,9 @@
 ``attnum audit triton-interpret:examples/sglang_decode_adapter.py:SGLangDecode`` (docs/audit.md, "The serving
 protocol"); needs ``sglang`` importable (installed, or its kernel files fetched and loaded by attnum).
 """
-import math, torch
+import math
+
+import torch
 from sglang.srt.layers.attention.triton_ops.decode_attention import decode_attention_fwd
 
 

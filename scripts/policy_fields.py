@@ -2,7 +2,7 @@
 
 ``python scripts/policy_fields.py`` prints the block that sits between ``<!-- policy-fields:start -->``
 and ``<!-- policy-fields:end -->`` in docs/core-api.md; ``tests/test_docs.py`` checks that the two agree,
-and that every field of ``attnum.policy.Policy`` has a description here.
+and that every field of ``attnum.numerics.policy.Policy`` has a description here.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ DESCRIPTIONS = {
             "degree-N polynomial on fp32 FMAs)",
     "rescale_threshold": "None (rescale whenever the row maximum grows) or T > 0: FA4's lazy rescaling, the running "
                          "maximum kept until it grows by more than T (log2 units), corrected at the end",
-    "lowbit": "None, or a SageAttention scheme (attnum.lowbit.LowBit: INT8/INT4/FP8/NVFP4 quantizers, smoothing, "
+    "lowbit": "None, or a SageAttention scheme (attnum.numerics.lowbit.LowBit: INT8/INT4/FP8/NVFP4 quantizers, smoothing, "
               "P·V format and accumulator) that flash and baseline then run",
     "name": "the policy's display name (not compared)",
 }
 
 
 def block() -> str:
-    from attnum.policy import Policy
+    from attnum.numerics.policy import Policy
 
     lines = []
     for f in dataclasses.fields(Policy):

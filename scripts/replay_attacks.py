@@ -398,7 +398,7 @@ def _(tmp):
 
 @attack("store", "a failed point never replaces a finished one")
 def _(tmp):
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from attnum.store import Store\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from attnum.store.db import Store\n"
             "s = Store(sys.argv[2]); s.bind_spec(name='t', spec_hash='h', canonical={}, source='')\n"
             "s.plan([('k', 'compare', (), {})]); r = s.begin_run(command='t', n_todo=1, executor='x', jobs=1)\n"
             "s.write({'key': 'k', 'status': 'done', 'metrics': {'a': 1.0}}, r)\n"
@@ -798,7 +798,7 @@ for fn in (g, b, f):
         fn(torch.randn(1, 1, 4, 0), torch.randn(1, 1, 5, 0), v); bad.append("d=0 accepted")
     except AttnumInputError:
         pass
-with attnum.shadow(candidate="baseline:uniform:bf16", reference="golden"):
+with attnum.integrations.shadow(candidate="baseline:uniform:bf16", reference="golden"):
     F.scaled_dot_product_attention(torch.randn(1, 1, 0, 8), k, v)
 print(bad)
 """

@@ -7,7 +7,7 @@ import torch
 from gfloat import RoundMode, decode_ndarray, round_ndarray
 from gfloat.types import Domain, FormatInfo
 
-from attnum.formats import FloatFormat
+from attnum.numerics.formats import FloatFormat
 
 GF_MODES = {"nearest_even": RoundMode.TiesToEven, "toward_zero": RoundMode.TowardZero}
 

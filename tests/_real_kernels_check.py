@@ -13,8 +13,8 @@ from attnum.attention.paged import to_pages
 from attnum.audit.harness import ProbeContext
 from attnum.audit.probes import PROBES
 from attnum.audit.serving import decode_case, decode_inputs
-from attnum.formats import get_format, torch_dtype
 from attnum.kernels.registry import resolve
+from attnum.numerics.formats import get_format, torch_dtype
 
 
 def ragged(ctx, numerics, lens=(40, 17, 1)):

@@ -11,10 +11,10 @@ import torch
 
 from attnum.attention.sage import _prepare
 from attnum.audit.harness import ProbeContext
-from attnum.formats import get_format, torch_dtype
 from attnum.kernels.registry import resolve
-from attnum.lowbit import SAGE
-from attnum.policy import parse_policy
+from attnum.numerics.formats import get_format, torch_dtype
+from attnum.numerics.lowbit import SAGE
+from attnum.numerics.policy import parse_policy
 
 
 def phantom_keys(q, k, v, block_k=64):

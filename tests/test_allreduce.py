@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnum.allreduce import _even_chunks, allreduce_sum, gloo_chunks, rank_order, row_parallel_linear
 from attnum.errors import AttnumInputError
-from attnum.rounding import round_to
+from attnum.numerics.allreduce import _even_chunks, allreduce_sum, gloo_chunks, rank_order, row_parallel_linear
+from attnum.numerics.rounding import round_to
 from attnum.studies.parallel.allreduce_study import (
     AllreduceConfig,
     gloo_allreduce_check,

@@ -12,9 +12,9 @@ from attnum import baseline_attention, flash_attention, golden_attention, round_
 from attnum.attention import masks
 from attnum.attention.masks import causal_bool
 from attnum.errors import AttnumInputError
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import deviation
-from attnum.policy import SITES, parse_policy, uniform
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import SITES, parse_policy, uniform
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 
 def qkv(N=64, S=None, H=4, G=None, d=16, seed=0, device="cpu"):
@@ -233,7 +233,7 @@ def test_power_of_two_prescale_is_bit_identical(policy):
 @pytest.mark.parametrize("carrier", [torch.float32, torch.float64])
 def test_in_place_site_rounding_equals_round_to(fmt, carrier):
     from attnum.attention.steps import round_site_
-    from attnum.workspace import Workspace
+    from attnum.numerics.workspace import Workspace
 
     x = (torch.randn(4, 64, 33, generator=torch.Generator().manual_seed(5)) * 300).to(carrier)
     x[0, 0, :6] = torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e-40, -1e6])

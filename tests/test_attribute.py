@@ -8,7 +8,7 @@ import pytest
 
 from attnum.cli import main
 from attnum.errors import AttnumInputError
-from attnum.policy import parse_policy
+from attnum.numerics.policy import parse_policy
 from attnum.studies.paper.attribute import (
     ATTRIBUTED,
     AttributeConfig,
@@ -75,9 +75,9 @@ def test_cli_table_json_and_bar_chart(tmp_path, capsys):
 
 
 def test_attribute_kind_in_a_sweep_is_stored(tmp_path):
-    from attnum.executors import SweepOptions, run_sweep
-    from attnum.experiments.spec import spec_from_dict
-    from attnum.store import open_store
+    from attnum.store.db import open_store
+    from attnum.sweep.executors import SweepOptions, run_sweep
+    from attnum.sweep.spec import spec_from_dict
 
     spec = spec_from_dict({"name": "a", "record": ["flash_vs_golden"], "defaults": {**SMALL, "policy": "uniform"},
                            "axes": {"kind": ["compare", "attribute"], "baseline_policy": "torch-eager"}})

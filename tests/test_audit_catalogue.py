@@ -12,7 +12,7 @@ from attnum.audit.config import AuditConfig, parse_dtypes
 from attnum.audit.construct import logits_qk
 from attnum.audit.probes import DEFAULT_PROBES, PROBES, select
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
+from attnum.numerics.formats import get_format
 
 # Every probe the issue asks for, by the name the CLI uses.
 REQUIRED = ("below-sentinel", "masked-key-leak", "fully-masked-rows", "causal-alignment", "qk-overflow",

@@ -15,7 +15,7 @@ from attnum.attention.golden import golden_attention
 from attnum.audit import terms
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
-from attnum.rounding import round_to
+from attnum.numerics.rounding import round_to
 
 B, H, G, N, S, D, DV = 2, 4, 2, 7, 11, 16, 8
 

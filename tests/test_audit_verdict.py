@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnum.audit.verdict import NEAR_BOUND, Verdict, judge, terms_coefficient, ulp
-from attnum.formats import get_format
+from attnum.numerics.formats import get_format
 
 BF16, FP16, FP32 = get_format("bf16"), get_format("fp16"), get_format("fp32")
 

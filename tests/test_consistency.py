@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
+from attnum.attention.cost import DEVICES, CostConfig, attention_cost, split_decode_time
 from attnum.attention.decode import decode_attention
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
 from attnum.cli import main
-from attnum.cost import DEVICES, CostConfig, attention_cost, split_decode_time
 from attnum.kernels.serving import ServingTarget
 from attnum.studies.consistency.config import ConsistencyConfig
 from attnum.studies.consistency.run import run_consistency
@@ -166,8 +166,8 @@ def swept(tmp_path_factory):
 
 
 def test_a_consistency_sweep_is_stored_judged_and_reported(swept):
-    from attnum.store import open_store
-    from attnum.studies.registry import all_findings
+    from attnum.store.db import open_store
+    from attnum.sweep.registry import all_findings
 
     page = (swept / "report.html").read_text()
     assert 'id="consistency-0"' in page and "knob that breaks it" in page

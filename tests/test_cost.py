@@ -2,7 +2,16 @@
 
 import pytest
 
-from attnum.cost import DEVICES, CostConfig, Device, attention_cost, compare_costs, measure_cpu, pairs, summary
+from attnum.attention.cost import (
+    DEVICES,
+    CostConfig,
+    Device,
+    attention_cost,
+    compare_costs,
+    measure_cpu,
+    pairs,
+    summary,
+)
 from attnum.errors import AttnumInputError
 
 
@@ -95,9 +104,9 @@ def test_bad_cost_config(kwargs, match):
 def test_kv_cost_table_pairs_each_cache_error_with_its_cost():
     from attnum.attention import flash_attention, golden_attention
     from attnum.attention.quant import quantize_kv_cache
-    from attnum.inputs import InputSpec, make_qkv
-    from attnum.metrics import deviation
+    from attnum.numerics.metrics import deviation
     from attnum.studies.serving.kv_cost import FORMATS, KVCostConfig, run_kv_cost_table
+    from attnum.workloads.inputs import InputSpec, make_qkv
 
     cfg = KVCostConfig(heads=2, kv_heads=1, kv_len=64, head_dim=16)
     rows = run_kv_cost_table(cfg, devices=("H100",))

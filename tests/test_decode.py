@@ -13,8 +13,8 @@ import torch
 
 from attnum.attention.decode import decode_attention, decode_reference, split_bounds
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
-from attnum.metrics import ulp
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import ulp
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one thread is faster
 

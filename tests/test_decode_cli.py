@@ -90,8 +90,8 @@ page_size = [16, 64]
 
 
 def test_decode_axes_in_a_toml_sweep(tmp_path, capsys):
-    from attnum.experiments.spec import load_spec, spec_from_dict
-    from attnum.store import open_store
+    from attnum.store.db import open_store
+    from attnum.sweep.spec import load_spec, spec_from_dict
 
     path = tmp_path / "spec.toml"
     path.write_text(DECODE_SPEC)

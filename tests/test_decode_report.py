@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from attnum.cli import main
-from attnum.store import open_store
-from attnum.studies.registry import all_findings
+from attnum.store.db import open_store
 from attnum.studies.serving.inference import inference_spec, point_from_config
+from attnum.sweep.registry import all_findings
 
 INFERENCE_FIGURES = {"decode-splits", "decode-pages", "decode-kv-format", "decode-gqa", "decode-mla", "fp8-table"}
 

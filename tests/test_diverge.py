@@ -139,7 +139,7 @@ def test_diverge_flags_map_onto_the_config():
 @pytest.mark.parametrize("mode", ["train", "bias", "checkpoints"])
 def test_a_second_diverge_on_a_folder_in_use_is_refused_in_one_line(tmp_path, capsys, mode):
     """One writer per folder, as for sweeps: two diverges on one --out would overwrite each other's runs."""
-    from attnum.store_lock import FolderLock
+    from attnum.store.lock import FolderLock
 
     out = tmp_path / "dv"
     out.mkdir()

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 import attnum
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.attention.flash_backward import flash_backward
-from attnum.formats import get_format
 from attnum.kernels.registry import require
-from attnum.metrics import ulp
-from attnum.rounding import round_to
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import ulp
+from attnum.numerics.rounding import round_to
 
 CASES = [("uniform:bf16", "bf16"), ("fa2:bf16", "bf16"), ("fa2:fp16", "fp16"), ("uniform:fp16", "fp16"),
          ("uniform:e4m3fn", "e4m3fn")]
@@ -66,7 +66,7 @@ def test_forward_entry_points_round_inputs_once(policy, fmt):
         out = require(name).fn(q, k, v)
         assert out.dtype == torch.float64 and torch.equal(out, want), name
     # shadow: the model continues with the candidate's output
-    with attnum.shadow(candidate=f"flash:{policy}", reference="golden"):
+    with attnum.integrations.shadow(candidate=f"flash:{policy}", reference="golden"):
         out = F.scaled_dot_product_attention(q, k, v)
     assert torch.equal(out, want)
 
@@ -96,7 +96,7 @@ def test_backward_entry_points_round_inputs_once(policy, fmt):
         for a, b in zip(got, ref):
             assert torch.equal(a, b), getattr(fn, "__name__", fn)
     # the recomputing backward called directly, as the auditor does
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     out, lse = flash_attention(*pre, policy=policy, block_k=2, return_lse=True)
     pol = parse_policy(policy)
@@ -107,8 +107,8 @@ def test_backward_entry_points_round_inputs_once(policy, fmt):
 
 
 def test_compare_inputs_are_round_to_of_the_samples():
-    from attnum.inputs import make_qkv
     from attnum.studies.paper.compare import CompareConfig, compare_inputs
+    from attnum.workloads.inputs import make_qkv
 
     cfg = CompareConfig(policy="fa2", format="bf16", seq_len=64, head_dim=16, heads=2)
     _, got = compare_inputs(cfg)

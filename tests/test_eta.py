@@ -1,11 +1,11 @@
-"""The sweep ETA from a cost model of the points left (attnum.eta), on synthetic sweeps whose true cost is known."""
+"""The sweep ETA from a cost model of the points left (attnum.sweep.eta), on synthetic sweeps whose true cost is known."""
 
 import random
 from types import SimpleNamespace
 
 import pytest
 
-from attnum.eta import FEATURES, CostModel, attention_features, features, nnls
+from attnum.sweep.eta import FEATURES, CostModel, attention_features, features, nnls
 
 
 def _point(n, bc=64, fmt="bf16", kind="compare"):
@@ -93,7 +93,7 @@ def _eta_ratio_at_half(order):
 
 
 def test_the_sweep_runs_in_a_seeded_shuffled_order_so_the_eta_holds_beyond_its_features():
-    from attnum.executors import run_order
+    from attnum.sweep.executors import run_order
 
     listed = [_point(n) for n in [256, 512, 1024, 2048] * 300] + [_point(8192, bc=16) for _ in range(60)]
     order = run_order(listed, "0123456789abcdef")

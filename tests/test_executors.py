@@ -6,9 +6,9 @@ import io
 
 import pytest
 
+from attnum.console.progress import SweepProgress
 from attnum.errors import AttnumInputError
-from attnum.executors import SweepOptions
-from attnum.report.progress import SweepProgress
+from attnum.sweep.executors import SweepOptions
 
 
 @pytest.mark.parametrize("kw, where", [({"jobs": 0}, "--jobs=0"), ({"executor": "dask"}, "--executor='dask'")])

@@ -12,7 +12,7 @@ from attnum.attention import flash_attention, golden_attention
 from attnum.attention.exp2 import POLY_EX2, binade, exp2_poly, exp2_poly_reference, fma32, ulp_error
 from attnum.attention.fa4_steps import lazy_max
 from attnum.errors import AttnumInputError
-from attnum.policy import parse_policy
+from attnum.numerics.policy import parse_policy
 
 
 def _f32(values) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""attnum.fma.fma_round against exact rational arithmetic: one rounding of a * b + c."""
+"""attnum.numerics.fma.fma_round against exact rational arithmetic: one rounding of a * b + c."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnum.fma import fma_round
+from attnum.numerics.fma import fma_round
 
 
 def _nearest_even(x: Fraction, dt) -> float:

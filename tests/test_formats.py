@@ -7,7 +7,7 @@ import torch
 from _oracle import finite_values
 
 from attnum.errors import AttnumInputError
-from attnum.formats import PRESETS, FloatFormat, get_format
+from attnum.numerics.formats import PRESETS, FloatFormat, get_format
 
 TORCH_FINFO = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
                "e5m2": torch.float8_e5m2, "e4m3fn": torch.float8_e4m3fn}

@@ -7,9 +7,9 @@ import pytest
 from attnum.attention import golden_attention
 from attnum.attention.quant import fp8_attention, fp8_baseline_attention
 from attnum.cli import main
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import deviation
+from attnum.numerics.metrics import deviation
 from attnum.studies.serving.fp8_table import SETTINGS, FP8TableConfig, run_fp8_table
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 SMALL = dict(seq_len=96, heads=1, head_dim=32, block=32)
 

@@ -8,10 +8,11 @@ window, bool, additive with -inf and fully masked rows), GQA, Qiu-Yao's shift, N
 import pytest
 import torch
 
-from attnum import flash_attention, jit
+from attnum import flash_attention
 from attnum.attention import fused
 from attnum.attention.decode import decode_attention
-from attnum.policy import parse_policy
+from attnum.numerics import jit
+from attnum.numerics.policy import parse_policy
 
 pytestmark = pytest.mark.skipif(not jit.enabled(), reason="numba not importable")
 

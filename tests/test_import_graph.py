@@ -116,7 +116,7 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_the_walk_sees_imports_at_every_level():
     graph = import_graph()
-    assert "attnum.studies.registry" in graph["attnum.experiments.point_runner"]  # module level
+    assert "attnum.sweep.registry" in graph["attnum.sweep.point_runner"]  # module level
     assert "attnum.studies.paper.compare" in graph["attnum.studies.paper.run"]  # inside a function
     assert "attnum.studies.paper.cli_attribute" in graph["attnum.studies.paper.cli"]  # from P import m
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
@@ -146,10 +146,89 @@ def test_the_infrastructure_names_no_family():
     """The sweep spec, runner, executors, store, export and report shell reach families only through
     the registry."""
     graph = import_graph()
-    shell = ("attnum.experiments.spec", "attnum.experiments.point_runner", "attnum.executors", "attnum.executor_pool",
-             "attnum.executor_ray", "attnum.store",
+    shell = ("attnum.sweep.spec", "attnum.sweep.point_runner", "attnum.sweep.executors", "attnum.sweep.executor_pool",
+             "attnum.sweep.executor_ray", "attnum.store.db",
              "attnum.report.export", "attnum.report.html", "attnum.report.generic", "attnum.cli.sweep",
              "attnum.cli.runs", "attnum.cli.export", "attnum.cli.report", "attnum.cli.reproduce")
     bad = [(m, e) for m in shell for e in graph[m] if e.startswith("attnum.studies.")
-           and e not in ("attnum.studies.registry",)]
+           and e not in ("attnum.sweep.registry",)]
     assert not bad, bad
+
+
+# ---- the layers ---------------------------------------------------------------------------------
+# Each package of src/attnum sits on one floor; a module may import its own package and packages on
+# lower floors only. Packages on one floor are peers and import neither each other. The table is
+# docs/architecture.md's, and that page is checked against it below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("attnum.errors",),                             # 0: the one exception type of bad input
+    ("attnum",),                                    # the package root: version, lazy exports (imports errors)
+    ("attnum.numerics", "attnum.console"),          # 1: formats, rounding, policy, metrics | terminal output
+    ("attnum.attention", "attnum.sampling"),        # 2: every attention and sampler, emulated
+    ("attnum.kernels", "attnum.workloads"),         # 3: real kernels behind one signature | models, inputs
+    ("attnum.sandbox",),                            # 4: user code in a child process
+    ("attnum.store",),                              # 5: the results store and output files
+    ("attnum.sweep",),                              # 6: family registry, specs, points, executors
+    ("attnum.report",),                             # 7: figures and the HTML report from a store
+    ("attnum.audit", "attnum.spec_audit", "attnum.integrations"),  # 8: auditors, model integrations
+    ("attnum.studies",),                            # 9: the study families
+    ("attnum.cli", "attnum.testing"),               # 10: the faces: the CLI, the pytest assertion
+    ("attnum.__main__",),                           # ``python -m attnum`` runs the CLI
+)
+# Edges allowed across the rule, each with its reason: none.
+ALLOWED_LAYER_EDGES: set[tuple[str, str]] = set()
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(floor, package) of a module: the longest package prefix in :data:`LAYERS`."""
+    best = None
+    for floor, packages in enumerate(LAYERS):
+        for p in packages:
+            if (module == p or (p != "attnum" and module.startswith(p + "."))) and (best is None or len(p) > len(best[1])):
+                best = (floor, p)
+    if best is None:
+        raise AssertionError(f"{module} is on no floor of LAYERS: add its package to the table")
+    return best
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    bad = []
+    for a, edges in graph.items():
+        fa, pa = layer_of(a)
+        for b in edges:
+            fb, pb = layer_of(b)
+            if pa == pb or (a, b) in ALLOWED_LAYER_EDGES:
+                continue
+            if fb >= fa:
+                bad.append((a, b))
+    return sorted(bad)
+
+
+def test_every_module_is_on_a_floor():
+    for m in import_graph():
+        layer_of(m)
+
+
+def test_no_lower_layer_imports_a_higher_one():
+    bad = layer_violations(import_graph())
+    assert not bad, "imports across the layers (lower -> higher, or between peers): " + ", ".join(
+        f"{a} -> {b}" for a, b in bad)
+
+
+def test_the_layer_rule_can_fail():
+    assert layer_violations({"attnum.numerics.rounding": {"attnum.store.db"}}) == [
+        ("attnum.numerics.rounding", "attnum.store.db")]
+    assert layer_violations({"attnum.kernels.user": {"attnum.workloads.inputs"}})  # peers
+    assert not layer_violations({"attnum.store.db": {"attnum.numerics.formats", "attnum.store.lock"}})
+
+
+def test_the_top_level_holds_few_modules():
+    top = sorted(p.stem for p in (SRC / "attnum").glob("*.py"))
+    assert len(top) <= 8, f"src/attnum/ holds {len(top)} modules: {top}"
+
+
+def test_architecture_doc_lists_the_floors():
+    doc = (SRC.parent / "docs" / "architecture.md").read_text()
+    for packages in LAYERS[1:]:
+        for p in packages:
+            if p.count(".") == 1 and not p.endswith("__main__"):
+                assert f"`{p.split('.')[1]}/`" in doc or f"`{p}`" in doc, f"docs/architecture.md does not name {p}"

@@ -18,8 +18,8 @@ import torch
 from attnum.audit.config import AuditConfig
 from attnum.audit.harness import ProbeContext
 from attnum.audit.runner import run_audit
-from attnum.formats import get_format
 from attnum.kernels import registry
+from attnum.numerics.formats import get_format
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(300)]
 

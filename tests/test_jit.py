@@ -1,4 +1,4 @@
-"""The compiled rounding kernel (attnum.jit) against the torch reference paths (ATTNUM_JIT=0) and ml_dtypes.
+"""The compiled rounding kernel (attnum.numerics.jit) against the torch reference paths (ATTNUM_JIT=0) and ml_dtypes.
 
 The exhaustive tests of test_rounding.py already run through the compiled kernel (round_to uses it on
 CPU); here: wide and unusual formats, both carriers, both modes, saturation, in place, and ml_dtypes'
@@ -13,10 +13,11 @@ import pytest
 import torch
 from _oracle import assert_same_floats
 
-from attnum import jit, round_to
-from attnum.formats import FloatFormat, get_format
-from attnum.rounding import round_to_
-from attnum.workspace import Workspace
+from attnum import round_to
+from attnum.numerics import jit
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.rounding import round_to_
+from attnum.numerics.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(not jit.enabled(), reason="numba not importable")
 
@@ -85,7 +86,7 @@ def test_ml_dtypes_float64_casts_agree(name):
 def _count_rne32_mismatches():
     from numba import njit
 
-    from attnum.jit import _bits32, _from_bits32, rne, rne32
+    from attnum.numerics.jit import _bits32, _from_bits32, rne, rne32
 
     @njit(cache=False, error_model="numpy")
     def count(a64, a32):

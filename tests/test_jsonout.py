@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from attnum.jsonout import dumps, strict
+from attnum.store.jsonout import dumps, strict
 
 
 def test_nonfinite_become_null_with_reason():

@@ -10,12 +10,12 @@ import torch
 
 from attnum.attention.golden import golden_attention
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
 from attnum.kernels import flash_attn, flashinfer, flex, reference, xformers
 from attnum.kernels.registry import KERNELS, builtin_names, require, resolve
 from attnum.kernels.user import check_signature, load_user_target
-from attnum.metrics import ulp
-from attnum.policy import SITES, parse_policy
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import ulp
+from attnum.numerics.policy import SITES, parse_policy
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 B, H, G, N, S, d = 2, 4, 2, 7, 13, 8  # S not a multiple of the flash tile below; GQA (G < H)
@@ -229,7 +229,7 @@ def test_a_specs_all_kernels_leaves_out_the_interpreted_ones():
     """Pallas in interpret mode costs ~10x a torch kernel per sweep point (the quick reproduction went
     from 134 s to 247 s with jax installed): "all" in a spec means the compiled kernels; a spec may
     still name an interpreted one."""
-    from attnum.experiments.spec import spec_from_dict
+    from attnum.sweep.spec import spec_from_dict
 
     interpreted = {name for name, k in KERNELS.items() if k.interpreted}
     assert interpreted == {"pallas-mha", "pallas-tpu-flash", "sglang-decode", "sglang-merge", "sglang-extend",

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from attnum.errors import AttnumInputError
-from attnum.inputs import InputSpec, make_qkv
 from attnum.studies.lowbit.point import LowbitPoint
 from attnum.studies.lowbit.table import ORDERINGS, mechanisms, metrics, orderings
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 
 def test_structured_inputs_have_their_structure():
@@ -27,7 +27,7 @@ def test_structured_inputs_have_their_structure():
 
 
 def test_lm_capture_shape_and_bad_shape(tmp_path, monkeypatch):
-    import attnum.inputs_lowbit as il
+    import attnum.workloads.structured as il
 
     monkeypatch.setenv("ATTNUM_CACHE", str(tmp_path))
     monkeypatch.setattr(il, "LM_STEPS", 2)  # the capture path, not the training length, is under test
@@ -129,7 +129,7 @@ def test_render_prints_published_beside_measured_and_the_why():
 
 def test_family_report_and_findings_on_stored_rows(tmp_path):
     from attnum.studies.lowbit.family import FAMILY
-    from attnum.studies.registry import ReportContext
+    from attnum.sweep.registry import ReportContext
 
     rows = []
     for g, sk, sq, e in (("block", False, False, 0.1), ("block", True, True, 0.01), ("token", True, True, 0.005)):

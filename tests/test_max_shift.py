@@ -10,10 +10,10 @@ from attnum import flash_attention, golden_attention, round_to
 from attnum.attention import steps
 from attnum.attention.flash_backward import flash_backward
 from attnum.errors import AttnumInputError
-from attnum.inputs import TIE_DISTINCT, tied_rows
 from attnum.kernels.registry import require
-from attnum.metrics import deviation
-from attnum.policy import parse_policy
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import parse_policy
+from attnum.workloads.inputs import TIE_DISTINCT, tied_rows
 
 EPS64 = torch.finfo(torch.float64).eps
 POLICIES = ["uniform:bf16", "fa2:bf16", "fp32", "uniform:fp16"]

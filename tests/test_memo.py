@@ -1,12 +1,12 @@
-"""attnum.memo: a result reused only for equal inputs, and a point's numbers the same with or without it."""
+"""attnum.sweep.memo: a result reused only for equal inputs, and a point's numbers the same with or without it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnum import memo
 from attnum.studies.paper.compare import CompareConfig, run_compare
+from attnum.sweep import memo
 
 
 @pytest.fixture(autouse=True)

@@ -25,8 +25,8 @@ from attnum.attention.merge import (
     parse_lse_base,
 )
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
-from attnum.metrics import ulp
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import ulp
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one thread is faster
 

@@ -8,10 +8,18 @@ import scipy.stats
 import torch
 
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import RELATIVE, SIGNED, deviation, error_ratio, magnitude_error, signed_error, wasserstein_distance
-from attnum.policy import SITES, parse_policy
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import (
+    RELATIVE,
+    SIGNED,
+    deviation,
+    error_ratio,
+    magnitude_error,
+    signed_error,
+    wasserstein_distance,
+)
+from attnum.numerics.policy import SITES, parse_policy
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 
 @pytest.mark.parametrize("n_a,n_b,weighted", [(1000, 1000, False), (1000, 700, False), (500, 800, True),

@@ -109,7 +109,7 @@ def test_bad_shapes_and_caches():
 
 
 def test_mla_table_rows():
-    from attnum.metrics import deviation
+    from attnum.numerics.metrics import deviation
     from attnum.studies.serving.mla_table import CACHES, MLATableConfig, mla_inputs, run_mla_table
 
     cfg = MLATableConfig(heads=2, kv_len=40, rank=128, nope_dim=64, rope_dim=16, v_dim=32)

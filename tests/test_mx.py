@@ -1,4 +1,4 @@
-"""Block-scaled formats (attnum.mx): exhaustive on the element grids, against ml_dtypes and a brute-force reference."""
+"""Block-scaled formats (attnum.numerics.mx): exhaustive on the element grids, against ml_dtypes and a brute-force reference."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
-from attnum.mx import (
+from attnum.numerics.formats import get_format
+from attnum.numerics.mx import (
     BLOCK_FORMATS,
     E8M0,
     BlockFormat,
@@ -111,8 +111,8 @@ def test_bad_block_and_scale_inputs_name_the_parameter():
 def test_e8_fast_path_is_the_generic_rounding_bit_for_bit(mbits):
     """round_to's float32 bit path for e8mY (fp22 = e8m13, bf16 = e8m7) against the generic path: random
     values over the whole exponent range, every tie pattern's neighbourhood, subnormals, inf, max, NaN."""
-    from attnum.formats import FloatFormat
-    from attnum.rounding import round_generic, round_to
+    from attnum.numerics.formats import FloatFormat
+    from attnum.numerics.rounding import round_generic, round_to
 
     g = torch.Generator().manual_seed(mbits)
     f = FloatFormat(ebits=8, mbits=mbits)

@@ -34,8 +34,8 @@ def old(tmp_path):
 
 
 def test_every_stored_config_keys_to_its_stored_key(old):
-    from attnum.store import open_store
-    from attnum.studies.registry import point_from_config
+    from attnum.store.db import open_store
+    from attnum.sweep.registry import point_from_config
 
     with open_store(old) as store:
         rows = store.rows(status=None)
@@ -46,9 +46,9 @@ def test_every_stored_config_keys_to_its_stored_key(old):
 
 
 def test_the_same_spec_plans_the_same_hash(old):
-    from attnum.experiments.spec import Group, load_spec
-    from attnum.store import open_store
+    from attnum.store.db import open_store
     from attnum.studies.serving.inference import FP8TablePoint
+    from attnum.sweep.spec import Group, load_spec
 
     spec = load_spec(DATA / "spec.toml")
     fp8 = Group(name="fp8-table", points=(FP8TablePoint(seq_len=16, heads=1, head_dim=8),))

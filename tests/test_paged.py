@@ -19,7 +19,7 @@ from attnum.attention.paged import (
     to_pages,
 )
 from attnum.errors import AttnumInputError
-from attnum.metrics import ulp
+from attnum.numerics.metrics import ulp
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one thread is faster
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnum.policy import parse_policy
+from attnum.numerics.policy import parse_policy
 from attnum.studies.validation.validate_eager import EagerValidateConfig, validate_eager_point
 
 

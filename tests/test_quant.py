@@ -26,7 +26,7 @@ from attnum.attention.quant import (
     rotate,
 )
 from attnum.errors import AttnumInputError
-from attnum.metrics import ulp
+from attnum.numerics.metrics import ulp
 
 U64 = 2.0**-53
 

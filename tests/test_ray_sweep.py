@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, write_spec
 
-from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.spec import load_spec
-from attnum.store import open_store
+from attnum.store.db import open_store
+from attnum.sweep.executors import SweepOptions, run_sweep
+from attnum.sweep.spec import load_spec
 
 ray = pytest.importorskip("ray", reason="ray is not installed; install the extra: pip install 'attnum[ray]'")
 

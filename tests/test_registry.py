@@ -9,7 +9,7 @@ import pytest
 
 from attnum.errors import AttnumInputError
 from attnum.studies import FAMILIES
-from attnum.studies.registry import families, get_kind, kinds, point_from_config, spec_kinds
+from attnum.sweep.registry import families, get_kind, kinds, point_from_config, spec_kinds
 
 
 def test_every_family_is_registered_under_its_name():
@@ -32,7 +32,7 @@ def test_unknown_kinds_fail_naming_the_known_ones():
 
 
 def test_a_spec_takes_the_registered_kinds_and_no_other():
-    from attnum.experiments.spec import spec_from_dict
+    from attnum.sweep.spec import spec_from_dict
 
     assert "kernels" not in spec_kinds() and set(spec_kinds()) | {"kernels"} == set(kinds())
     spec = spec_from_dict({"axes": {"kind": "fp8-table", "seq_len": 16, "heads": 1, "head_dim": 8}})

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from attnum.experiments.results import spearman
 from attnum.studies.paper.cells import region
 from attnum.studies.paper.findings import TEN_X_BAND, compute_findings, compute_maps
+from attnum.sweep.results import spearman
 
 
 def _row(group, *, fmt="bf16", mbits=7, seed=0, n=1024, fvb=1e-3, fvg=1e-3, bvg=1e-3, policy="uniform",

@@ -10,10 +10,10 @@ import pytest
 import torch
 from _sweep_helpers import smoke_reproduction
 
-from attnum.store import open_store
+from attnum.store.db import open_store
 from attnum.studies.paper.findings import CLAIMS
 from attnum.studies.paper.profiles import paper_spec
-from attnum.studies.registry import VERDICTS
+from attnum.sweep.registry import VERDICTS
 
 FIGURES = ("fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "kernels")
 FIGURE_GROUPS = {"fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist"}

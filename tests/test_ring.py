@@ -12,7 +12,7 @@ from attnum import flash_attention, golden_attention
 from attnum.attention.merge import empty_state, merge_state
 from attnum.attention.ring import RingPlan, block_state, ring_attention, shard_positions
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
+from attnum.numerics.formats import get_format
 
 U64 = get_format("fp64").eps / 2
 

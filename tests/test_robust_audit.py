@@ -194,9 +194,9 @@ def test_html_that_is_a_folder_or_unwritable_is_one_line_exit_2(tmp_path, capsys
     def read_only(*a, **kw):
         raise OSError(30, "Read-only file system")
 
-    import attnum.outfile
+    import attnum.store.outfile
 
-    monkeypatch.setattr(attnum.outfile.tempfile, "mkstemp", read_only)  # outputs go through a temp file
+    monkeypatch.setattr(attnum.store.outfile.tempfile, "mkstemp", read_only)  # outputs go through a temp file
     assert main([*base, "--html", str(tmp_path / "a.html")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Read-only file system" in err and "a.html" in err

@@ -85,7 +85,7 @@ def test_reproduce_and_attribute_help_constants_match_the_studies():
     from attnum.cli.reproduce import PROFILES
     from attnum.studies.paper.attribute import METRICS as REAL_METRICS
     from attnum.studies.paper.cli_attribute import METRICS
-    from attnum.studies.registry import profiles
+    from attnum.sweep.registry import profiles
 
     assert METRICS == REAL_METRICS and PROFILES == tuple(profiles())
 
@@ -194,7 +194,7 @@ def test_too_large_for_memory_is_refused_before_allocating(args, temp_dir, capsy
 
 def test_memory_limit_from_meminfo_and_a_bad_override(monkeypatch):
     from attnum.errors import AttnumEnvironmentError
-    from attnum.memory_budget import available_bytes
+    from attnum.sweep.memory_budget import available_bytes
 
     monkeypatch.delenv("ATTNUM_MEMORY_LIMIT_BYTES", raising=False)
     have, source = available_bytes()
@@ -208,8 +208,8 @@ def test_memory_limit_from_meminfo_and_a_bad_override(monkeypatch):
 
 
 def test_a_sweep_point_too_large_fails_with_the_one_line(monkeypatch):
-    from attnum.experiments.point_runner import run_point
     from attnum.studies.paper.point import Point
+    from attnum.sweep.point_runner import run_point
 
     monkeypatch.setenv("ATTNUM_MEMORY_LIMIT_BYTES", TOO_BIG)
     result = run_point(Point(seq_len=1_000_000, heads=8, head_dim=64).config())
@@ -223,7 +223,7 @@ import torch
 torch.set_num_threads(1)
 from attnum.studies.paper.compare import CompareConfig, run_compare
 from attnum.studies.paper.grad_compare import run_grad_compare
-from attnum.memory_budget import backward_bytes, compare_shape, forward_bytes
+from attnum.sweep.memory_budget import backward_bytes, compare_shape, forward_bytes
 grad, kw = sys.argv[1] == "grad", json.loads(sys.argv[2])
 run = run_grad_compare if grad else run_compare
 cfg = CompareConfig(**kw)
@@ -318,7 +318,7 @@ def test_diverge_checkpoints_reports_nan_not_a_finite_max(tmp_path, temp_dir, ca
 def test_nan_max_is_order_independent():
     import math
 
-    from attnum.nanmath import nan_max, nan_min
+    from attnum.numerics.nanmath import nan_max, nan_min
 
     assert math.isnan(nan_max([1.0, float("nan")])) and math.isnan(nan_max([float("nan"), 1.0]))
     assert math.isnan(nan_min([0.0, float("nan")])) and nan_max([1.0, 3.0, 2.0]) == 3.0
@@ -373,7 +373,7 @@ def test_sweep_progress_off_a_terminal_is_heartbeats_and_failures(monkeypatch):
     import io
     import time
 
-    from attnum.report.progress import SweepProgress
+    from attnum.console.progress import SweepProgress
 
     monkeypatch.setenv("ATTNUM_PROGRESS_INTERVAL", "0.05")
     log = io.StringIO()  # not a terminal, and not --quiet
@@ -391,7 +391,7 @@ def test_sweep_progress_off_a_terminal_is_heartbeats_and_failures(monkeypatch):
 
 
 def test_sweep_progress_on_a_terminal_is_rich_s_bar():
-    from attnum.report.progress import SweepProgress
+    from attnum.console.progress import SweepProgress
 
     tty = _Terminal()
     with SweepProgress(total=1, skipped=0, title="t", quiet=False, stream=tty) as p:
@@ -422,7 +422,7 @@ def test_spinner_on_a_terminal_plain_lines_off_it(monkeypatch):
     import io
     import time
 
-    from attnum.report.progress import Activity
+    from attnum.console.progress import Activity
 
     monkeypatch.setenv("ATTNUM_PROGRESS_INTERVAL", "0.05")
     tty = _Terminal()
@@ -460,16 +460,16 @@ def test_disk_error_in_a_real_write(tmp_path, temp_dir, capsys, monkeypatch):
     a.mkdir(), b.mkdir()
     torch.save({"w": torch.zeros(2)}, a / "m.pt")
     torch.save({"w": torch.ones(2)}, b / "m.pt")
-    import attnum.outfile
+    import attnum.store.outfile
 
-    real = attnum.outfile.os.fsync  # outputs are written to a temp file, synced, renamed into place
+    real = attnum.store.outfile.os.fsync  # outputs are written to a temp file, synced, renamed into place
 
     def full(fd):
         if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(".checkpoints.json."):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd)
 
-    monkeypatch.setattr(attnum.outfile.os, "fsync", full)
+    monkeypatch.setattr(attnum.store.outfile.os, "fsync", full)
     _one_error_line(capsys, main(["diverge", "--checkpoints", str(a), str(b), "--out", str(tmp_path / "o")]),
                     ("checkpoints.json", "disk is full", "ENOSPC"), temp_dir)
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from _forgery import PATCH_AUDIT, PATCH_SPEC, ZEROS, forge
 from _sweep_helpers import cli
 
-from attnum.kernel_server import KernelServer, TargetGone
-from attnum.kernel_wire import HEAD, Malformed, decode, encode
+from attnum.sandbox.server import KernelServer, TargetGone
+from attnum.sandbox.wire import HEAD, Malformed, decode, encode
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the process tree is read from /proc")]
@@ -73,14 +73,14 @@ def test_a_reply_to_another_call_or_of_another_kind_is_a_crash(tmp_path):
     q = torch.randn(1, 1, 4, 8, requires_grad=True)
     with KernelServer("attention", f"{tmp_path / 'k.py'}:attention", timeout=30) as s:
         s.start()
-        from attnum.kernel_remote import RemoteTarget
+        from attnum.sandbox.remote import RemoteTarget
 
         with pytest.raises(TargetGone, match="crashed: answered call 1"):
             RemoteTarget(s)(q, q, q)
 
 
 def test_remote_forward_and_backward_equal_the_same_function_here(tmp_path):
-    from attnum.kernel_remote import RemoteTarget
+    from attnum.sandbox.remote import RemoteTarget
 
     (tmp_path / "k.py").write_text("import torch.nn.functional as F\n"
                                    "def attention(q, k, v, **kw):\n    return F.scaled_dot_product_attention(q, k, v, **kw)\n")

@@ -21,8 +21,8 @@ import torch
 from _sweep_helpers import cli, cli_env
 
 from attnum.errors import AttnumEnvironmentError, AttnumInputError
-from attnum.store import DB_NAME, SCHEMA_VERSION, Store
-from attnum.store_lock import LOCK_NAME
+from attnum.store.db import DB_NAME, SCHEMA_VERSION, Store
+from attnum.store.lock import LOCK_NAME
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -293,7 +293,7 @@ def test_the_audit_modules_import_no_circle():
 # ---- bounded work -------------------------------------------------------------------------------------
 
 def test_a_huge_spec_is_refused_before_any_point_is_built(tmp_path, monkeypatch):
-    import attnum.experiments.spec as spec_mod
+    import attnum.sweep.spec as spec_mod
 
     built = []
     monkeypatch.setattr(spec_mod, "_make_points", lambda cfg: built.append(cfg) or ())
@@ -337,7 +337,7 @@ def test_checkpoint_loading_is_bounded(kind, tmp_path):
 # ---- small ones ---------------------------------------------------------------------------------------
 
 def test_policy_overrides_in_another_order_are_the_same_spec_and_duplicates_are_refused():
-    from attnum.experiments.spec import spec_from_dict
+    from attnum.sweep.spec import spec_from_dict
 
     def spec(policy):
         return spec_from_dict({"name": "p", "axes": {"format": ["bf16"], "policy": [policy], "seq_len": [32]}})
@@ -345,7 +345,7 @@ def test_policy_overrides_in_another_order_are_the_same_spec_and_duplicates_are_
     assert spec("fa2,acc=fp32,out=fp32").spec_hash == spec("fa2, out=fp32,acc=fp32").spec_hash
     with pytest.raises(AttnumInputError, match="fa2,acc=fp16,acc=fp32"):
         spec("fa2,acc=fp16,acc=fp32")
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     with pytest.raises(AttnumInputError, match="given twice"):
         parse_policy("fa2:bf16,acc=fp16,acc=fp32")
@@ -405,6 +405,6 @@ def test_no_queries_inside_a_model_under_shadow():
 
     q, k, v = torch.randn(1, 2, 0, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
     for candidate in ("torch-sdpa", "baseline:uniform:bf16", "flash:fa2:bf16"):
-        with attnum.shadow(candidate=candidate, reference="golden") as rec:
+        with attnum.integrations.shadow(candidate=candidate, reference="golden") as rec:
             out = F.scaled_dot_product_attention(q, k, v)
         assert out.shape == (1, 2, 0, 8) and len(rec.records) == 1

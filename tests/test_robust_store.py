@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from _sweep_helpers import PACKAGE_ROOT, cli, write_spec
 
-import attnum.store as store_mod
+import attnum.store.db as store_mod
 from attnum.errors import AttnumEnvironmentError, AttnumInputError
-from attnum.processes import start_time, this_process
-from attnum.store import DB_NAME, Store, open_store
-from attnum.store_lock import LOCK_NAME
+from attnum.sandbox.processes import start_time, this_process
+from attnum.store.db import DB_NAME, Store, open_store
+from attnum.store.lock import LOCK_NAME
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,7 +108,7 @@ def test_second_writer_refused_in_one_line_naming_the_first(tmp_path):
 def test_lock_of_a_killed_process_is_taken_over(tmp_path):
     proc = _python(f"""
         import os, signal
-        from attnum.store import Store
+        from attnum.store.db import Store
         s = Store({str(tmp_path)!r}, command="attnum sweep killed.toml")
         print(os.getpid(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -145,7 +145,7 @@ def test_killed_run_reads_killed_and_its_rows_survive_in_the_wal(tmp_path):
     _bound(tmp_path).close()
     proc = _python(f"""
         import os, signal
-        from attnum.store import Store
+        from attnum.store.db import Store
         s = Store({str(tmp_path)!r})
         run = s.begin_run(command="attnum sweep k.toml", n_todo=3, executor="local", jobs=2)
         for k in ("a", "b"):

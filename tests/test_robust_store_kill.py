@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _sweep_helpers import descendants, popen_cli, run_cli, write_spec
 
-from attnum.store import DB_NAME, open_store
+from attnum.store.db import DB_NAME, open_store
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -167,8 +167,8 @@ TODO = [(16, "fa2"), (32, "fa2"), (48, "fa2")]
 
 
 def _interrupted_ray_sweep(monkeypatch, fake) -> None:
-    from attnum import executor_ray, executors
     from attnum.studies.paper.point import Point
+    from attnum.sweep import executor_ray, executors
 
     monkeypatch.setitem(sys.modules, "ray", fake)
     todo = [Point(seq_len=n, policy=p) for n, p in TODO]
@@ -203,8 +203,7 @@ def test_sigterm_inside_ray_init_is_an_interruption(monkeypatch):
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does
         os.kill(os.getpid(), signal.SIGTERM)
 
-    from attnum import executor_ray, executors
-
+    from attnum.sweep import executor_ray, executors
     with executors.Interrupts() as stop:
         ours = signal.getsignal(signal.SIGTERM)
         monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls, init=init))

@@ -8,8 +8,8 @@ import torch
 from _oracle import assert_same_floats, finite_values, gfloat_round, torch_round
 
 from attnum import round_to
-from attnum.formats import PRESETS, FloatFormat, get_format
-from attnum.rounding import round_generic
+from attnum.numerics.formats import PRESETS, FloatFormat, get_format
+from attnum.numerics.rounding import round_generic
 
 SMALL = [n for n in PRESETS if PRESETS[n].bits <= 16]
 GRID = [f"e{e}m{m}" for e in range(2, 9) for m in range(1, 16 - e) if f"e{e}m{m}" not in ("e8m7", "e5m10", "e5m2")]
@@ -167,8 +167,8 @@ def test_flush_to_zero_keeps_sign_without_specials_present():
 @pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3fn", "e2m1fn", "tf32", "fp32", "e8m30"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_in_place_rounding_matches_round_to(name, dtype):
-    from attnum.rounding import round_to_
-    from attnum.workspace import Workspace
+    from attnum.numerics.rounding import round_to_
+    from attnum.numerics.workspace import Workspace
 
     with np.errstate(over="ignore"):
         x = torch.from_numpy(exhaustive_points(get_format("bf16")).astype(np.float32 if dtype == torch.float32 else np.float64))

@@ -11,8 +11,8 @@ from attnum.attention import baseline_attention, flash_attention, golden_attenti
 from attnum.attention.sage import sage_attention, sage_reference
 from attnum.attention.sage_quant import group_ids, quantize_groups, round_half_away
 from attnum.errors import AttnumInputError
-from attnum.lowbit import SAGE, LowBit
-from attnum.policy import parse_policy
+from attnum.numerics.lowbit import SAGE, LowBit
+from attnum.numerics.policy import parse_policy
 
 
 def test_round_half_away_matches_fp32_arithmetic():

@@ -19,8 +19,8 @@ import torch
 
 from attnum.audit import emulated
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
 from attnum.kernels import wheels
+from attnum.numerics.formats import get_format
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.timeout(300)

@@ -16,7 +16,7 @@ from scipy import integrate
 from scipy.stats import chisquare
 
 from attnum.errors import AttnumInputError
-from attnum.formats import get_format
+from attnum.numerics.formats import get_format
 from attnum.sampling import (
     MAX_OUTCOMES,
     NOISE,

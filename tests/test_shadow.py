@@ -1,4 +1,4 @@
-"""attnum.shadow: every attention call of real models is intercepted once and recorded."""
+"""attnum.integrations.shadow: every attention call of real models is intercepted once and recorded."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from attnum.shadow import shadow
+from attnum.integrations.shadow import shadow
 
 
 @pytest.fixture(autouse=True)

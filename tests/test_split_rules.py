@@ -186,8 +186,8 @@ def test_a_decode_point_takes_a_split_rule_as_an_axis():
 
 def test_a_decode_points_split_rule_is_stored_only_when_set():
     # Older stores hold decode configs without the field: their keys must not change.
-    from attnum.studies.registry import point_from_config
     from attnum.studies.serving.inference import DecodePoint
+    from attnum.sweep.registry import point_from_config
 
     plain, ruled = DecodePoint(), DecodePoint(split_rule="fa2")
     assert "split_rule" not in plain.config() and ruled.config()["split_rule"] == "fa2"

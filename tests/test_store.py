@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from attnum.errors import AttnumInputError
-from attnum.store import DB_NAME, Store, open_store
+from attnum.store.db import DB_NAME, Store, open_store
 
 
 def _result(key, status="done", value=1.0, error=None):

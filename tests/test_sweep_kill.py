@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _sweep_helpers import CLI, cli_env, popen_cli, run_cli, write_spec
 
-from attnum.store import DB_NAME, open_store
+from attnum.store.db import DB_NAME, open_store
 
 SLOW_SPEC = """
 name = "slow"

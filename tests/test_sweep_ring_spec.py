@@ -46,7 +46,7 @@ def _sweep(tmp_path, text, capsys):
 
 
 def test_ring_and_spec_points_sweep_store_export_report(tmp_path, capsys):
-    from attnum.store import open_store
+    from attnum.store.db import open_store
 
     code, _ = _sweep(tmp_path, SPEC, capsys)
     assert code == 0

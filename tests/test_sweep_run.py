@@ -12,12 +12,12 @@ import torch
 from _sweep_helpers import CLI, TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, cli_env, write_spec
 
 from attnum.attention import golden_attention
-from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.spec import load_spec, spec_from_dict
-from attnum.store import open_store
+from attnum.store.db import open_store
 from attnum.studies.paper.compare import run_compare
 from attnum.studies.paper.kernel_point import point_inputs
 from attnum.studies.paper.point import Point
+from attnum.sweep.executors import SweepOptions, run_sweep
+from attnum.sweep.spec import load_spec, spec_from_dict
 
 
 @pytest.fixture(scope="module")

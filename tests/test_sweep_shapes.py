@@ -10,7 +10,7 @@ import torch
 from _sweep_helpers import cli, write_spec
 
 from attnum.attention import golden_attention
-from attnum.store import open_store
+from attnum.store.db import open_store
 from attnum.studies.paper.compare import CompareConfig, run_compare
 from attnum.studies.paper.kernel_point import point_inputs
 from attnum.studies.paper.point import Point

@@ -9,7 +9,7 @@ import pytest
 from _sweep_helpers import TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, run_cli, write_spec
 
 from attnum.errors import AttnumInputError
-from attnum.experiments.spec import load_spec, spec_from_dict
+from attnum.sweep.spec import load_spec, spec_from_dict
 
 
 def test_product_and_kernel_points(tmp_path):
@@ -111,9 +111,9 @@ def test_keys_and_hash_of_stores_made_before_the_new_axes_are_unchanged():
     import hashlib
     import json
 
-    from attnum.experiments.spec import spec_from_dict
     from attnum.studies.paper.point import Point
     from attnum.studies.paper.profiles import paper_spec_dict
+    from attnum.sweep.spec import spec_from_dict
 
     data = paper_spec_dict("smoke")
     data["group"] = [g for g in data["group"] if g["name"] not in ("grid", "grid-dist", "eager", "attribute")]

@@ -1,4 +1,4 @@
-"""Tables that fit where they go (attnum.tables): off a terminal, every value and name is whole on its line."""
+"""Tables that fit where they go (attnum.console.tables): off a terminal, every value and name is whole on its line."""
 
 import io
 import json
@@ -7,7 +7,7 @@ import re
 import pytest
 
 from attnum.cli import main
-from attnum.tables import print_table, render_plain, render_tsv, table_mode
+from attnum.console.tables import print_table, render_plain, render_tsv, table_mode
 
 LONG = ["a-probe-name-well-past-any-column-width-" * 3, "4.62e-12", "x" * 200]
 
@@ -78,7 +78,7 @@ def test_audit_probe_list_to_a_pipe_keeps_names_and_summaries_whole(capsys):
 
 
 def test_runs_to_a_pipe_keeps_timestamps_status_and_command_whole(tmp_path, capsys):
-    from attnum.store import Store
+    from attnum.store.db import Store
 
     command = "attnum reproduce --profile quick --out " + str(tmp_path / ("a-long-folder-name-" * 4))
     with Store(tmp_path, command=command) as store:

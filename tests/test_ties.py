@@ -7,7 +7,7 @@ import torch
 
 from attnum.attention.ties import TieCount, count_ties, score_ties
 from attnum.errors import AttnumInputError
-from attnum.inputs import TIE_DISTINCT, InputSpec, low_rank_rows, make_qkv, tied_rows
+from attnum.workloads.inputs import TIE_DISTINCT, InputSpec, low_rank_rows, make_qkv, tied_rows
 
 NEG = -math.inf
 
@@ -86,7 +86,7 @@ def test_rounding_only_the_top_two_counts_what_rounding_everything_counts(fmt):
 
 
 def test_additive_mask_goes_through_the_scores_site():
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     q, k, _ = make_qkv(InputSpec(heads=2, seq_len=32, head_dim=8, seed=2))
     pol = parse_policy("uniform:e4m3fn")
@@ -100,7 +100,7 @@ def test_fast_input_path_gives_the_preamble_values():
     from attnum import round_to
     from attnum.attention import steps
     from attnum.attention.ties import _load
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     g = torch.Generator().manual_seed(0)
     pol = parse_policy("uniform:bf16")

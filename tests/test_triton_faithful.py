@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attnum.kernels import triton_model as model
-from attnum.rounding import round_to
+from attnum.numerics.rounding import round_to
 
 KERNEL = Path(__file__).resolve().parent / "_interp_triton_attention.py"
 

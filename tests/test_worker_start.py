@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attnum.worker_start import POINT_THREADS, init_worker, package_root, start_method
+from attnum.sweep.worker_start import POINT_THREADS, init_worker, package_root, start_method
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is chosen on Linux only")
 

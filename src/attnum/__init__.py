@@ -15,17 +15,17 @@ __version__ = "0.1.0"
 
 # name -> (module, attribute); attribute None means the module itself.
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "metrics": ("attnum.metrics", None),
+    "metrics": ("attnum.numerics.metrics", None),
     "baseline_attention": ("attnum.attention", "baseline_attention"),
     "flash_attention": ("attnum.attention", "flash_attention"),
     "golden_attention": ("attnum.attention", "golden_attention"),
-    "FloatFormat": ("attnum.formats", "FloatFormat"),
-    "get_format": ("attnum.formats", "get_format"),
-    "wasserstein_distance": ("attnum.metrics", "wasserstein_distance"),
-    "Policy": ("attnum.policy", "Policy"),
-    "parse_policy": ("attnum.policy", "parse_policy"),
-    "round_to": ("attnum.rounding", "round_to"),
-    "shadow": ("attnum.shadow", "shadow"),
+    "FloatFormat": ("attnum.numerics.formats", "FloatFormat"),
+    "get_format": ("attnum.numerics.formats", "get_format"),
+    "wasserstein_distance": ("attnum.numerics.metrics", "wasserstein_distance"),
+    "Policy": ("attnum.numerics.policy", "Policy"),
+    "parse_policy": ("attnum.numerics.policy", "parse_policy"),
+    "round_to": ("attnum.numerics.rounding", "round_to"),
+    "shadow": ("attnum.integrations.shadow", "shadow"),
 }
 
 __all__ = [
@@ -35,13 +35,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from attnum import metrics
     from attnum.attention import baseline_attention, flash_attention, golden_attention
-    from attnum.formats import FloatFormat, get_format
-    from attnum.metrics import wasserstein_distance
-    from attnum.policy import Policy, parse_policy
-    from attnum.rounding import round_to
-    from attnum.shadow import shadow
+    from attnum.integrations.shadow import shadow
+    from attnum.numerics import metrics
+    from attnum.numerics.formats import FloatFormat, get_format
+    from attnum.numerics.metrics import wasserstein_distance
+    from attnum.numerics.policy import Policy, parse_policy
+    from attnum.numerics.rounding import round_to
 
 
 def __getattr__(name: str) -> Any:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from attnum.attention import masks, steps
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_ste, round_to
+from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.rounding import round_ste, round_to
 
 
 @steps.no_autocast
@@ -33,7 +33,7 @@ def baseline_attention(
     ``matmul_acc``/``reduction_chunk`` model both matmuls' accumulators.
 
     Differentiable when an input requires grad: the same steps, out of place, each site rounding
-    its value forward and its gradient backward (:func:`attnum.rounding.round_ste`); the row max
+    its value forward and its gradient backward (:func:`attnum.numerics.rounding.round_ste`); the row max
     is a constant of the softmax and gets no gradient.
     """
     policy = parse_policy(policy)

@@ -47,8 +47,8 @@ from attnum.attention.masks import Masking, Tile
 from attnum.attention.merge import NEG_INF, State, convert_lse, merge_states, parse_lse_base
 from attnum.attention.tiles import DEFAULT_BLOCK, Tiles
 from attnum.errors import bad_value
-from attnum.formats import format_of_dtype, get_format
-from attnum.policy import Policy, parse_policy
+from attnum.numerics.formats import format_of_dtype, get_format
+from attnum.numerics.policy import Policy, parse_policy
 
 MERGE_METHOD = "lse"  # flash-attn's combine: LSE first, then weights b^(lse_i - LSE)
 KvFn = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -174,7 +174,7 @@ def decode_sequences(
 class _Flat:
     """One flat carrier buffer per name, sized for the longest sequence (G * L_max * dim elements) and
     reused by every sequence: a fresh 100 MB tensor per sequence costs more in page faults than the
-    decode's arithmetic (see :mod:`attnum.workspace`)."""
+    decode's arithmetic (see :mod:`attnum.numerics.workspace`)."""
 
     def __init__(self, rows: int):
         self.rows, self.bufs = rows, {}

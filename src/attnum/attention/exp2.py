@@ -27,8 +27,8 @@ from fractions import Fraction
 import torch
 
 from attnum.errors import bad_value
-from attnum.fma import fma_round
-from attnum.rounding import round_to
+from attnum.numerics.fma import fma_round
+from attnum.numerics.rounding import round_to
 
 # POLY_EX2 in flash_attn/cute/utils.py (each an exact fp32 value), lowest degree first.
 POLY_EX2: dict[int, tuple[float, ...]] = {
@@ -57,7 +57,7 @@ def _ftz(x: torch.Tensor) -> torch.Tensor:
 
 def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """fma.rn.ftz.f32: a * b + c rounded once to fp32 (a, b, c float64 tensors holding fp32 values),
-    the result flushed to zero below fp32's normal range (:func:`attnum.fma.fma_round`)."""
+    the result flushed to zero below fp32's normal range (:func:`attnum.numerics.fma.fma_round`)."""
     return _ftz(fma_round(a, b, c, "fp32"))
 
 

@@ -17,7 +17,7 @@ import math
 import torch
 
 from attnum.attention.exp2 import exp2_poly, fma32
-from attnum.rounding import round_to
+from attnum.numerics.rounding import round_to
 
 LOG2E = math.log2(math.e)
 

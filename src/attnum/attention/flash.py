@@ -17,7 +17,7 @@ from attnum.attention.flash_backward import FlashAttentionFunction, FlashOptions
 from attnum.attention.flash_forward import NEG_INF, VARIANTS, flash_forward, kv_tile_order  # noqa: F401 - also flash's names
 from attnum.attention.tiles import resolve_tiles
 from attnum.errors import AttnumInputError
-from attnum.policy import Policy, parse_policy
+from attnum.numerics.policy import Policy, parse_policy
 
 
 @steps.no_autocast

@@ -36,7 +36,7 @@ from attnum.attention import fused, masks, steps
 from attnum.attention.flash_forward import VARIANTS, flash_forward, kv_tile_order
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
-from attnum.policy import Policy, parse_policy
+from attnum.numerics.policy import Policy, parse_policy
 
 
 def _sum_query_blocks(a_BHSN: torch.Tensor, b_BHNx: torch.Tensor, Br: int | None, policy: Policy) -> torch.Tensor:

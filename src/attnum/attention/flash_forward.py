@@ -29,8 +29,8 @@ import torch
 from attnum.attention import blocks, fa4_steps, fused, masks, steps
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
-from attnum.policy import Policy
-from attnum.workspace import Workspace, kept
+from attnum.numerics.policy import Policy
+from attnum.numerics.workspace import Workspace, kept
 
 VARIANTS = ("fa1", "fa2")
 NEG_INF = float("-inf")

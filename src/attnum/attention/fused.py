@@ -37,11 +37,11 @@ import functools
 import numpy as np
 import torch
 
-from attnum import jit
 from attnum.attention import steps
 from attnum.attention.fused_kernels import site_args
-from attnum.formats import PRESETS
-from attnum.policy import SITES, Policy
+from attnum.numerics import jit
+from attnum.numerics.formats import PRESETS
+from attnum.numerics.policy import SITES, Policy
 
 UNFUSED = (
     "ATTNUM_JIT=0 or numba not importable",

@@ -4,7 +4,7 @@ Shape alphabet: B batch, H heads, N queries, C keys in the tile (Bc), dv value d
 
 Every operation is the one the unfused step does, in the same order and in the carrier's dtype (an
 IEEE operation gives the same bits whichever program performs it); every rounding is
-:func:`attnum.jit.round_scalar`, bit-for-bit :func:`attnum.round_to`. A site is passed as the tuple
+:func:`attnum.numerics.jit.round_scalar`, bit-for-bit :func:`attnum.round_to`. A site is passed as the tuple
 ``(identity, *jit.rne_args(fmt), *jit.rne32_args(fmt))`` (:func:`site_args`; Nones for the last seven
 where the float32 kernel does not apply).
 """
@@ -15,13 +15,13 @@ import functools
 
 import numpy as np
 
-from attnum import jit
+from attnum.numerics import jit
 
 if jit.numba is not None:
     from numba import njit, types
     from numba.extending import overload
 
-    from attnum.jit import _from_bits, _from_bits32, rne, rne32
+    from attnum.numerics.jit import _from_bits, _from_bits32, rne, rne32
 
     def as_carrier(v, like):
         """``v`` converted to the dtype of ``like`` (a carrier scalar): exact for values on a site's grid."""
@@ -74,7 +74,7 @@ if jit.numba is not None:
 
     def _rne_carrier(x, a):
         """x rounded at the site ``a`` (not the identity), in x's dtype: on float32's own bits for a
-        float32 x (:func:`attnum.jit.rne32`; the same bits), else from float64."""
+        float32 x (:func:`attnum.numerics.jit.rne32`; the same bits), else from float64."""
 
     @overload(_rne_carrier)
     def _rne_carrier_impl(x, a):
@@ -217,7 +217,7 @@ if jit.numba is not None:
 @functools.lru_cache(maxsize=256)
 def site_args(fmt, carrier_fmt) -> tuple:
     """A site's format as the kernels' tuple: ``identity`` (every carrier value lies on its grid), then
-    :func:`attnum.jit.rne_args`, then :func:`attnum.jit.rne32_args` when the float32 kernel applies to a
+    :func:`attnum.numerics.jit.rne_args`, then :func:`attnum.numerics.jit.rne32_args` when the float32 kernel applies to a
     float32 carrier, else seven Nones (the kernels then round a float32 from float64; the choice is made
     when a kernel is compiled, from the tuple's type, so no branch runs per element)."""
     identity = bool(carrier_fmt.fits_in(fmt))

@@ -9,8 +9,8 @@ import torch
 
 from attnum.attention import masks, steps
 from attnum.attention.steps import prescale, query_chunk
-from attnum.policy import uniform
-from attnum.workspace import Workspace
+from attnum.numerics.policy import uniform
+from attnum.numerics.workspace import Workspace
 
 _FP64 = uniform("fp64")
 

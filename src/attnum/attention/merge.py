@@ -25,7 +25,7 @@ input LSE of +inf marks an empty state (mapped to -inf on load, as vLLM's ``merg
 and an empty result is written as +inf. Mixing them is a bug: a +inf LSE merged under the -inf
 convention means "infinite mass" and poisons the merge with NaN (flash-attention#978).
 
-Rounding sites of the merge (its own :class:`attnum.policy.Policy`, default ``fp32``: every kernel
+Rounding sites of the merge (its own :class:`attnum.numerics.policy.Policy`, default ``fp32``: every kernel
 merges in fp32):
 
 ========== ==========================================================================================
@@ -57,8 +57,8 @@ import torch
 
 from attnum.attention import steps
 from attnum.errors import bad_value
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.rounding import round_to
 
 LSE_BASES = ("e", 2)
 METHODS = ("ratio", "lse", "online")

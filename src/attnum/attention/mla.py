@@ -37,9 +37,9 @@ from attnum.attention.flash import flash_attention
 from attnum.attention.golden import golden_attention
 from attnum.attention.quant import Quantization, quantize
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import get_format
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.formats import get_format
+from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.rounding import round_to
 
 CACHES = ("bf16", "fp16", "fp32", "fp64", "fp8_ds_mla")
 DS_MLA_GROUP = 128  # FlashMLA: 4 fp32 scales for 512 e4m3 NoPE values, one per 128

@@ -37,7 +37,7 @@ from attnum.attention import masks, steps
 from attnum.attention.decode import MERGE_METHOD, _check_int, decode_reference, decode_sequences, default_merge_policy
 from attnum.attention.merge import parse_lse_base
 from attnum.errors import bad_value
-from attnum.policy import Policy, parse_policy
+from attnum.numerics.policy import Policy, parse_policy
 
 KV_LAYOUTS = ("NHD", "HND")
 
@@ -87,7 +87,7 @@ def check_paged(q, k_pages, v_pages, block_table, cache_seqlens, kv_layout="NHD"
 def gather(pages_NPGd: torch.Tensor, table_row: torch.Tensor, L: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Sequence keys (G, L, d) from its pages, in the pool's dtype: only the ceil(L / P) pages it uses,
     and of the last one only the slots below L. ``out``: a reused (max_pages, P, G, d) buffer of the
-    pool's dtype to gather into (a fresh tensor per sequence costs page faults, :mod:`attnum.workspace`)."""
+    pool's dtype to gather into (a fresh tensor per sequence costs page faults, :mod:`attnum.numerics.workspace`)."""
     P = pages_NPGd.shape[1]
     n = math.ceil(L / P)
     ids = table_row[:n].to(device=pages_NPGd.device, dtype=torch.long)

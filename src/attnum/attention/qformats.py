@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import FloatFormat, get_format
-from attnum.rounding import round_to
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.rounding import round_to
 
 FORMATS = ("e4m3fn", "e5m2", "int8")
 GRANULARITIES = ("tensor", "head", "block", "token")

@@ -33,9 +33,9 @@ from attnum.attention.qformats import (  # noqa: F401  (re-exported: attnum.atte
     rotate,
 )
 from attnum.errors import bad_value
-from attnum.formats import FloatFormat, get_format
-from attnum.policy import Policy
-from attnum.rounding import round_to
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.policy import Policy
+from attnum.numerics.rounding import round_to
 
 # "+8.0 offset, 256x row_sum compensation"): P~ = 2**8 exp(s - m) lies in [0, 256], so small
 # probabilities stay clear of e4m3's subnormals; the factor cancels in O = acc / l.

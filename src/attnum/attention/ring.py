@@ -40,8 +40,8 @@ from attnum.attention import masks
 from attnum.attention.flash import flash_attention
 from attnum.attention.merge import METHODS, State, empty_state, merge_state
 from attnum.errors import AttnumInputError, bad_value
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.rounding import round_to
 
 LAYOUTS = ("contiguous", "zigzag")
 

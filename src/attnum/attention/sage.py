@@ -1,4 +1,4 @@
-"""SageAttention emulated: quantized Q K^T, exp2 online softmax, low-bit P V (see :mod:`attnum.lowbit`).
+"""SageAttention emulated: quantized Q K^T, exp2 online softmax, low-bit P V (see :mod:`attnum.numerics.lowbit`).
 
 Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv value dim, Bc keys per tile.
 
@@ -32,9 +32,9 @@ from attnum.attention.sage_quant import (
     smooth_q,
 )
 from attnum.errors import bad_value
-from attnum.lowbit import LowBit
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.lowbit import LowBit
+from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.rounding import round_to
 
 
 def _prepare(q, k, v, lb: LowBit, policy: Policy, scale: float | None, carrier=torch.float64):
@@ -78,7 +78,7 @@ def _prepare(q, k, v, lb: LowBit, policy: Policy, scale: float | None, carrier=t
 
 def _check(lb, attn_mask, window):
     if not isinstance(lb, LowBit):
-        raise bad_value("lowbit", lb, "a LowBit scheme (attnum.lowbit.SAGE or LowBit(...))")
+        raise bad_value("lowbit", lb, "a LowBit scheme (attnum.numerics.lowbit.SAGE or LowBit(...))")
     if attn_mask is not None or window is not None:
         raise bad_value("attn_mask", "given", "None for SageAttention (no mask but causal, as its kernels)")
 

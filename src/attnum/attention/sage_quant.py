@@ -11,10 +11,10 @@ import torch
 
 from attnum.attention.qformats import _INT_GRID
 from attnum.errors import bad_value
-from attnum.formats import get_format
-from attnum.lowbit import INT_MAX, LowBit
-from attnum.mx import BlockFormat, block_quantize, get_block_format
-from attnum.rounding import round_to
+from attnum.numerics.formats import get_format
+from attnum.numerics.lowbit import INT_MAX, LowBit
+from attnum.numerics.mx import BlockFormat, block_quantize, get_block_format
+from attnum.numerics.rounding import round_to
 
 LOG2E32 = 1.44269504  # the kernels' literal (sm_scale * 1.44269504), rounded to fp32 where used
 THREAD_EPS = 1e-7  # quant_per_thread.py adds 0.0000001 to every scale

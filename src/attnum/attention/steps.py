@@ -13,10 +13,10 @@ import threading
 import torch
 
 from attnum.attention.masks import Tile, apply_keep_
-from attnum.formats import FloatFormat, format_of_dtype
-from attnum.policy import Policy
-from attnum.rounding import round_to, round_to_
-from attnum.workspace import Workspace
+from attnum.numerics.formats import FloatFormat, format_of_dtype
+from attnum.numerics.policy import Policy
+from attnum.numerics.rounding import round_to, round_to_
+from attnum.numerics.workspace import Workspace
 
 _CARRIERS = (torch.float32, torch.float64)
 
@@ -170,7 +170,7 @@ def prescale(q: torch.Tensor, scale: float, policy: Policy) -> tuple[torch.Tenso
 def _abs_range(q: torch.Tensor) -> tuple[float, float]:
     """(max |q| (NaN when q holds one), smallest nonzero |q| (inf when none)): one compiled pass on the
     CPU (:func:`attnum.attention.fused_kernels.abs_range`), torch's reductions elsewhere."""
-    from attnum import jit
+    from attnum.numerics import jit
 
     if jit.enabled() and q.device.type == "cpu" and q.dtype in _CARRIERS:
         import numpy as np

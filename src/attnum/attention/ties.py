@@ -29,9 +29,9 @@ import torch
 
 from attnum.attention import masks, steps
 from attnum.errors import AttnumInputError
-from attnum.formats import TORCH_DTYPE_NAMES, FloatFormat, get_format, torch_dtype
-from attnum.policy import Policy, parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.formats import TORCH_DTYPE_NAMES, FloatFormat, get_format, torch_dtype
+from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.rounding import round_to
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,15 +6,15 @@ import math
 from dataclasses import dataclass
 
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import get_format
 from attnum.kernels import conventions
+from attnum.numerics.formats import get_format
 
-AUDIT_FORMATS = ("bf16", "fp16", "fp32")  # the dtypes torch's kernels take (names from attnum.formats)
+AUDIT_FORMATS = ("bf16", "fp16", "fp32")  # the dtypes torch's kernels take (names from attnum.numerics.formats)
 DEVICES = ("cpu", "cuda")
 
 
 def parse_dtypes(text: str | tuple[str, ...]) -> tuple[str, ...]:
-    """"bf16,fp16" -> ("bf16", "fp16"); any alias attnum.formats knows ("bfloat16", "half", ...),
+    """"bf16,fp16" -> ("bf16", "fp16"); any alias attnum.numerics.formats knows ("bfloat16", "half", ...),
     order kept, duplicates dropped."""
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
     allowed = f"a comma-separated subset of {list(AUDIT_FORMATS)}"

@@ -16,7 +16,7 @@ import math
 import torch
 
 from attnum.audit.verdict import ulp
-from attnum.formats import FloatFormat
+from attnum.numerics.formats import FloatFormat
 
 BASE_Q = 64.0  # power of two: multiplying by it is exact in every format
 

@@ -26,8 +26,8 @@ import math
 import torch
 
 from attnum.audit.verdict import Verdict, ulp
-from attnum.formats import FloatFormat
 from attnum.kernels.conventions import emulation_policy
+from attnum.numerics.formats import FloatFormat
 
 
 def emulate(emulation: str, q, k, v, *, causal_alignment: str, attn_mask=None, is_causal=False,

@@ -23,8 +23,8 @@ from attnum.audit.config import AuditConfig
 from attnum.audit.harness import Case, Probe, ProbeContext, raised
 from attnum.audit.probes import select
 from attnum.audit.verdict import FAILING, NEAR_BOUND, NO_MARGIN, SEVERITY, Verdict
-from attnum.formats import get_format, torch_dtype
 from attnum.kernels import conventions
+from attnum.numerics.formats import get_format, torch_dtype
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,11 +25,11 @@ import torch
 from attnum.attention import masks
 from attnum.audit import reference, terms
 from attnum.audit.verdict import SEVERITY, Verdict, judge, terms_coefficient
-from attnum.formats import FloatFormat, get_format
-from attnum.kernel_wire import WrongOutput
 from attnum.kernels.conventions import CAUSAL_ALIGNMENTS
 from attnum.kernels.conventions import EMPTY_ROWS as EMPTY_ROW_CONVENTIONS
-from attnum.rounding import round_to
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.rounding import round_to
+from attnum.sandbox.wire import WrongOutput
 
 PROBE_KINDS = ("forward", "backward", "behaviour")
 FP32 = get_format("fp32")

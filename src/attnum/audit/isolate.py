@@ -1,10 +1,10 @@
 """Run the audited target in a kernel server, so that nothing it does ends the audit or forges a verdict.
 
 The probes, the references and the verdicts run here, in the parent. The target runs in a child
-process (:mod:`attnum.kernel_server`) that resolves it (a ``sys.exit`` or a crash at import is the
+process (:mod:`attnum.sandbox.server`) that resolves it (a ``sys.exit`` or a crash at import is the
 child's death, not the parent's) and only computes it: each call of ``ctx.target`` (and each backward
 of its output) is one request with the inputs as raw tensor bytes, answered with the outputs as data
-that the parent checks like any output (:mod:`attnum.kernel_remote`). What the target writes to the
+that the parent checks like any output (:mod:`attnum.sandbox.remote`). What the target writes to the
 channel or patches in its own process is at most a wrong output for one call; no frame the child
 sends is a case, a row or a verdict.
 
@@ -25,9 +25,9 @@ import torch
 from attnum.audit import engine as runner  # not attnum.audit.runner: that module imports this one
 from attnum.audit.config import AuditConfig
 from attnum.audit.harness import Case
-from attnum.kernel_remote import RemoteTarget
-from attnum.kernel_server import IMPORT_GRACE, KernelServer, TargetGone
 from attnum.kernels import conventions
+from attnum.sandbox.remote import RemoteTarget
+from attnum.sandbox.server import IMPORT_GRACE, KernelServer, TargetGone
 
 __all__ = ["IMPORT_GRACE", "IMPORT_ROW", "run_isolated"]
 IMPORT_ROW = "target-import"  # the row of a target that dies while it is being imported

@@ -37,8 +37,8 @@ from attnum.attention.baseline import baseline_attention
 from attnum.attention.flash import flash_attention
 from attnum.attention.flash_backward import flash_backward
 from attnum.attention.golden import golden_attention
-from attnum.formats import format_of_dtype
-from attnum.policy import Policy, parse_policy
+from attnum.numerics.formats import format_of_dtype
+from attnum.numerics.policy import Policy, parse_policy
 
 
 def baseline_policy(dtype: torch.dtype) -> Policy:

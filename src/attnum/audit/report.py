@@ -18,7 +18,7 @@ def _num(x: float) -> str:
 
 
 def _json_num(x: float) -> float:
-    """Numbers as they are: attnum.jsonout.dumps turns NaN/inf into null with a "nonfinite" note."""
+    """Numbers as they are: attnum.store.jsonout.dumps turns NaN/inf into null with a "nonfinite" note."""
     return float(x)
 
 
@@ -105,10 +105,10 @@ def _probe_json(r: ProbeResult) -> dict:
 
 
 def print_table(report: AuditReport, stream=None) -> None:
-    """The human view: one row per probe and dtype, then a one-line summary (attnum.tables: whole
+    """The human view: one row per probe and dtype, then a one-line summary (attnum.console.tables: whole
     values in a log or a pipe, the terminal's width on a terminal)."""
-    from attnum.tables import print_table as emit
-    from attnum.tables import say
+    from attnum.console.tables import print_table as emit
+    from attnum.console.tables import say
 
     if not report.available:
         what = "" if report.reason.startswith(NOTHING_TESTED) else "unavailable - "

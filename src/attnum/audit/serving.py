@@ -29,8 +29,8 @@ from attnum.attention.merge import State, merge_states
 from attnum.audit.harness import Case, ProbeContext, WrongOutput, check_tensor, raised
 from attnum.audit.reference import baseline_policy
 from attnum.audit.verdict import SEVERITY, Verdict, judge
-from attnum.formats import get_format
 from attnum.kernels.serving import conventions, empty_rows_of, entry, splits
+from attnum.numerics.formats import get_format
 
 # The poison an output buffer holds before the call: a *signalling* NaN with an odd payload. IEEE
 # arithmetic never returns a signalling NaN (an operation on one returns it quieted), so an element that

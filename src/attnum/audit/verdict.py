@@ -15,7 +15,7 @@ and the target passes when every element i whose golden value is finite satisfie
     c(fmt, n)  = u_fmt + sqrt(n) * u_acc,   u = eps / 2, u_acc = min(u_fmt, u_fp32).
 
 The first two terms are FlashAttention's rule: ``ulp(fmt, a)`` is the spacing of ``fmt`` at the
-output's scale (:func:`attnum.metrics.ulp`), the floor FA3 writes ``2 * max|(ref + 0.3 - 0.3) - ref|``.
+output's scale (:func:`attnum.numerics.metrics.ulp`), the floor FA3 writes ``2 * max|(ref + 0.3 - 0.3) - ref|``.
 The third is the rounding-error analysis of a sum of n products whose factors are materialised in
 the format and accumulated in fp32 (or the format, when wider): ``u_fmt`` is one rounding of every
 term, ``sqrt(n) u_acc`` the accumulation (Higham & Mary's probabilistic form of gamma_n; see
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnum import metrics
-from attnum.formats import FloatFormat, get_format
+from attnum.numerics import metrics
+from attnum.numerics.formats import FloatFormat, get_format
 
 ABORTED = ("crashed", "timed out", "exited")
 """The process running the target died under a probe: killed by a signal (``crashed``, e.g.
@@ -110,7 +110,7 @@ class Verdict:
 
 
 def ulp(fmt: FloatFormat, magnitude: float) -> float:
-    """Spacing of ``fmt``'s grid at ``magnitude``: :func:`attnum.metrics.ulp` (the one definition)."""
+    """Spacing of ``fmt``'s grid at ``magnitude``: :func:`attnum.numerics.metrics.ulp` (the one definition)."""
     return metrics.ulp(float(magnitude), fmt)
 
 

@@ -28,10 +28,10 @@ import typer
 from typer import _click
 from typer.exceptions import Abort
 
-from attnum.cli.conventions import ConventionalGroup
+from attnum.console.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
-# The shell's own commands; each study family adds its own (attnum.studies.registry.register_cli).
+# The shell's own commands; each study family adds its own (attnum.sweep.registry.register_cli).
 _COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "scan", "kernels")
 
 
@@ -78,7 +78,7 @@ def build_app() -> typer.Typer:
                                             help="Print attnum's version (and torch's) and exit.")) -> None:
         """Numerical trustworthiness of attention kernels."""
 
-    from attnum.studies.registry import register_cli
+    from attnum.sweep.registry import register_cli
 
     register_cli(app)
     for name in _COMMAND_MODULES:

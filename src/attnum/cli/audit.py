@@ -2,7 +2,7 @@
 
 Exit status: 0 every probe passed, 1 any probe failed, errored, crashed, timed out or exited, 2 usage
 error, 3 nothing was tested: the target is unavailable here (package or device missing) or refused
-every case. The target runs in a kernel server (attnum.kernel_server) unless --no-isolate.
+every case. The target runs in a kernel server (attnum.sandbox.server) unless --no-isolate.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
 
         if list_probes:
             from attnum.audit.probes import PROBES
-            from attnum.tables import print_table as emit
+            from attnum.console.tables import print_table as emit
 
             emit(("probe", "kind", "what it checks", "sources"),
                  [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         if html_file is not None:
             check_writable(html_file, "--html")
         from attnum.audit.runner import plan
-        from attnum.report.progress import Activity
+        from attnum.console.progress import Activity
 
         total = len(plan(cfg))
         # Progress on stderr (stdout keeps the table or the JSON document alone): on a terminal one line
@@ -103,13 +103,13 @@ def register(app: typer.Typer) -> None:
 
             report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
         if as_json:
-            from attnum.jsonout import dumps
+            from attnum.store.jsonout import dumps
 
             print(dumps(to_json(report), indent=2))
         else:
             print_table(report)
         if html_file is not None:
-            from attnum.outfile import write_atomic
+            from attnum.store.outfile import write_atomic
 
             try:
                 write_atomic(html_file, to_html(report))  # a temp file renamed into place
@@ -127,7 +127,7 @@ def check_writable(path: Path, flag: str) -> None:
     """Refuse, before any work, an output path that cannot become a file: a folder, a missing or
     non-folder parent."""
     from attnum.errors import AttnumInputError
-    from attnum.outfile import is_own_file
+    from attnum.store.outfile import is_own_file
 
     if is_own_file(path):
         raise AttnumInputError(f"{flag} {str(path)!r} is attnum's own bookkeeping file (a results store, its "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-# Every family's profiles (attnum.studies.registry.profiles()), spelled here so that --help does not import
+# Every family's profiles (attnum.sweep.registry.profiles()), spelled here so that --help does not import
 # the studies (a test pins it)
 PROFILES = ("quick", "full", "smoke", "inference", "inference-smoke", "consistency", "lowbit")
 
@@ -26,11 +26,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the paper's sweeps (resumable), draw every figure and write report.html with findings."""
         from attnum.errors import bad_value
-        from attnum.executors import SweepOptions, run_sweep
-        from attnum.outdir import check_out_folder
         from attnum.report.html import write_report
-        from attnum.store import open_store
-        from attnum.studies.registry import all_findings, all_headlines, profiles
+        from attnum.store.db import open_store
+        from attnum.store.outdir import check_out_folder
+        from attnum.sweep.executors import SweepOptions, run_sweep
+        from attnum.sweep.registry import all_findings, all_headlines, profiles
 
         make_spec = profiles().get(profile)
         if make_spec is None:

@@ -12,8 +12,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def runs(out: Path = typer.Argument(..., help="A folder holding attnum.sqlite.")) -> None:
         """List runs (start, end, status, points written) and the sweep's completeness."""
-        from attnum.store import open_store
-        from attnum.tables import print_table, say
+        from attnum.console.tables import print_table, say
+        from attnum.store.db import open_store
 
         with open_store(out) as store:
             meta, counts, rows = store.meta(), store.counts(), store.runs()

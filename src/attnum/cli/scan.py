@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         from attnum.audit.scan import SEVERITIES, package_paths
         from attnum.audit.scan import scan as run_scan
         from attnum.errors import AttnumInputError, bad_value
-        from attnum.jsonout import dumps
+        from attnum.store.jsonout import dumps
 
         if min_severity not in SEVERITIES:
             raise bad_value("--min-severity", min_severity, f"one of {', '.join(SEVERITIES)}")
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
             targets += [str(p) for p in package_paths(package)]
         if not targets:
             raise AttnumInputError("scan needs at least one PATH or --package NAME")
-        from attnum.report.progress import Activity
+        from attnum.console.progress import Activity
 
         with Activity("scan"):  # a heartbeat in a log when a package's thousands of files take a while
             report = run_scan(targets, min_severity=min_severity)

@@ -19,9 +19,9 @@ def register(app: typer.Typer) -> None:
         report: bool = typer.Option(False, "--report/--no-report", help="Write figures and report.html after."),
     ) -> None:
         """Run every point of SPEC not yet done in OUT; each point is committed as it finishes."""
-        from attnum.executors import SweepOptions, run_sweep
-        from attnum.experiments.spec import load_spec
-        from attnum.outdir import check_out_folder
+        from attnum.store.outdir import check_out_folder
+        from attnum.sweep.executors import SweepOptions, run_sweep
+        from attnum.sweep.spec import load_spec
 
         check_out_folder(out)  # a file, or x.sqlite: refused before anything runs
         sweep_spec = load_spec(spec)  # invalid specs fail here, before any point runs

@@ -5,5 +5,5 @@
   the mask);
 - ``diffusers``: ``AttnumProcessor`` / ``set_processors(model, attention)``;
 - ``mha``: ``nn.MultiheadAttention``'s ``F.multi_head_attention_forward`` re-expressed as
-  projections + an SDPA-signature call (used by ``attnum.shadow``, whose mode cannot see the inner call).
+  projections + an SDPA-signature call (used by ``attnum.integrations.shadow``, whose mode cannot see the inner call).
 """

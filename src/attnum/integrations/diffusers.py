@@ -1,7 +1,7 @@
 """diffusers: route a model's attention processors through any SDPA-signature attention.
 
     from attnum.integrations.diffusers import set_processors
-    set_processors(unet, "flash:fa2:bf16")          # or rec.sdpa inside attnum.shadow
+    set_processors(unet, "flash:fa2:bf16")          # or rec.sdpa inside attnum.integrations.shadow
 
 ``AttnumProcessor`` runs diffusers' own ``AttnProcessor2_0`` (so projections, norms, residuals and
 mask preparation stay diffusers' code) with its ``F.scaled_dot_product_attention`` call redirected to
@@ -27,7 +27,7 @@ class _Redirect(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
-            from attnum.shadow import ShadowRecorder, bind_sdpa
+            from attnum.integrations.shadow import ShadowRecorder, bind_sdpa
 
             bound = bind_sdpa(args, kwargs)
             owner = getattr(self.sdpa, "__self__", None)

@@ -1,7 +1,7 @@
 """``F.multi_head_attention_forward`` as in-projection + any SDPA-signature callable + out-projection.
 
 A TorchFunctionMode sees ``nn.MultiheadAttention``'s call to ``F.multi_head_attention_forward`` but
-not the SDPA call inside it, so ``attnum.shadow`` re-expresses the call here and hands the attention
+not the SDPA call inside it, so ``attnum.integrations.shadow`` re-expresses the call here and hands the attention
 to its comparing SDPA. Layout in: (L, B, E) query, (S, B, E) key/value (the module has already
 transposed batch_first inputs). Masks follow nn.MultiheadAttention: a bool ``attn_mask`` or
 ``key_padding_mask`` marks positions *not* to attend (the opposite of SDPA's bool mask).

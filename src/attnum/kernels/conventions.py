@@ -62,7 +62,7 @@ def declared(fn: object) -> dict[str, str]:
 
 def emulation_policy(emulation: str, dtype) -> str:
     """``sage1`` -> ``sage1:<dtype>``; a spec with its own format (``sage1:fp16,pv_acc=fp32``) as is."""
-    from attnum.formats import format_of_dtype
+    from attnum.numerics.formats import format_of_dtype
 
     return emulation if ":" in emulation else f"{emulation}:{format_of_dtype(dtype).name}"
 
@@ -74,7 +74,7 @@ def check_emulation(value: object, param: str = "emulation") -> str | None:
     import torch
 
     from attnum.errors import AttnumInputError
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     text = value.strip() if isinstance(value, str) else value
     try:

@@ -5,7 +5,7 @@
 - ``eager``: :func:`attnum.attention.eager.eager_attention`, softmax(QK^T) V op by op in the input
   dtype; it honours autocast (the paper's baseline, and its bf16-autocast run);
 - ``baseline:POLICY``: :func:`attnum.attention.baseline.baseline_attention`, every site rounded per
-  ``POLICY`` (any string :func:`attnum.policy.parse_policy` accepts, e.g. ``baseline:fp32``);
+  ``POLICY`` (any string :func:`attnum.numerics.policy.parse_policy` accepts, e.g. ``baseline:fp32``);
 - ``flash:POLICY``: :func:`attnum.attention.flash.flash_attention` with optional ``block_q`` /
   ``block_k`` tiles (e.g. ``flash:fa2:bf16,acc=fp16``), trainable through its recomputing backward.
 
@@ -27,7 +27,7 @@ from attnum.attention.eager import eager_attention
 from attnum.attention.flash import flash_attention
 from attnum.attention.golden import golden_attention
 from attnum.errors import AttnumInputError
-from attnum.policy import parse_policy
+from attnum.numerics.policy import parse_policy
 
 SdpaFn = Callable[..., torch.Tensor]
 NAMES = ("golden", "eager")

@@ -78,7 +78,7 @@ def _empty_rows(value, name: str) -> dict[str, str]:
 def _kv_dtype(value, name: str) -> str | None:
     if value is None:
         return None
-    from attnum.formats import get_format
+    from attnum.numerics.formats import get_format
 
     try:
         fmt = get_format(str(value).replace("fp8_", ""), param=f"{name}.kv_cache_dtype").name
@@ -174,9 +174,9 @@ def reference(policy: str) -> ServingTarget:
     from attnum.attention.decode import decode_attention
     from attnum.attention.merge import merge_state
     from attnum.attention.paged import paged_decode_attention
-    from attnum.formats import format_of_dtype
     from attnum.kernels.reference import family
-    from attnum.policy import NAMED, parse_policy
+    from attnum.numerics.formats import format_of_dtype
+    from attnum.numerics.policy import NAMED, parse_policy
 
     head = policy.split(",")[0]
     bare = head.strip().lower() in NAMED and ":" not in head

@@ -35,7 +35,7 @@ import torch
 
 from attnum.kernels import triton_model as model
 from attnum.kernels.triton_fusion import fp_fusion_default, not_forced_off
-from attnum.rounding import round_to
+from attnum.numerics.rounding import round_to
 
 NUMERICS = ("faithful", "raw")
 _LOCK = threading.RLock()

@@ -1,8 +1,8 @@
 """The arithmetic of a Triton kernel on an NVIDIA GPU (sm80 / sm90), as plain torch functions.
 
 These are the model :mod:`attnum.kernels.triton_faithful` plugs into Triton's interpreter, and the
-reference its self-test compares the interpreter against. Every rounding is :func:`attnum.rounding.round_to`.
-Values travel as float32 / float64 tensors; ``fmt`` is a name from :mod:`attnum.formats`.
+reference its self-test compares the interpreter against. Every rounding is :func:`attnum.numerics.rounding.round_to`.
+Values travel as float32 / float64 tensors; ``fmt`` is a name from :mod:`attnum.numerics.formats`.
 
 What the GPU does, and where it is written down (Triton 3.x, ``third_party/nvidia`` backend):
 
@@ -52,8 +52,8 @@ import math
 
 import torch
 
-from attnum.fma import fma_round
-from attnum.rounding import round_to
+from attnum.numerics.fma import fma_round
+from attnum.numerics.rounding import round_to
 
 MODEL = "nvidia-sm90"
 """The model's name in verdicts: ``triton-interp:nvidia-sm90`` (sm80 rounds the same, see above), with

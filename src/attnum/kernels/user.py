@@ -10,7 +10,7 @@ one :class:`attnum.errors.AttnumInputError` line (the CLI exits 2).
 A callable declares what SDPA's signature leaves open as attributes (attnum.kernels.conventions):
 ``fn.attnum_causal_alignment = "bottom_right"``, ``fn.attnum_empty_rows = "nan"``; the wrapper
 below keeps them. ``attnum audit`` (and spec-audit, diverge) import the file or module in a kernel server
-(attnum.kernel_server), so whatever the import does cannot end the command.
+(attnum.sandbox.server), so whatever the import does cannot end the command.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.outfile import check_output, write_atomic
-from attnum.store import open_store
+from attnum.store.db import open_store
+from attnum.store.outfile import check_output, write_atomic
 
 FORMATS = ("csv", "parquet")
 

@@ -18,9 +18,9 @@ import math
 import re
 from pathlib import Path
 
-from attnum.experiments.results import LABELS, Row, metric, seed_summary
 from attnum.report.plotting import finish, panels, save
-from attnum.studies.registry import DEFAULT_KIND
+from attnum.sweep.registry import DEFAULT_KIND
+from attnum.sweep.results import LABELS, Row, metric, seed_summary
 
 Metrics = dict[str, tuple[tuple[str, str], ...]]
 

@@ -1,6 +1,6 @@
 """``report.html``: one self-contained page (figures embedded as data URIs) built from the store.
 
-It reads the store and asks every study family (:mod:`attnum.studies.registry`) for its findings
+It reads the store and asks every study family (:mod:`attnum.sweep.registry`) for its findings
 and its part of the page (figures, sections, tables); it adds the generic per-group figures
 (``report.generic``), the failed points, the runs, the environment and the spec. It names no kind
 and never recomputes numerics. A small inline script marks ``<body data-figures="loaded/total">`` once
@@ -13,16 +13,16 @@ import datetime as _dt
 import json
 from pathlib import Path
 
+from attnum.console.progress import Activity
 from attnum.errors import bad_value
-from attnum.experiments.results import Row
-from attnum.outfile import check_output, write_atomic
 from attnum.report.blocks import esc as _e
 from attnum.report.blocks import figure as _figure
 from attnum.report.blocks import table as _table
 from attnum.report.generic import generic_figures
-from attnum.report.progress import Activity
-from attnum.store import open_store
-from attnum.studies.registry import ReportContext, all_findings, families, kind_metrics
+from attnum.store.db import open_store
+from attnum.store.outfile import check_output, write_atomic
+from attnum.sweep.registry import ReportContext, all_findings, families, kind_metrics
+from attnum.sweep.results import Row
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}

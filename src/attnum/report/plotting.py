@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 
-from attnum.outfile import write_atomic
+from attnum.store.outfile import write_atomic
 
 VARIANT_STYLE = {"fa2": "-", "fa1": "--"}
 VARIANT_MARKER = {"fa2": "o", "fa1": "^"}

@@ -11,8 +11,8 @@ import math
 import torch
 
 from attnum.errors import bad_value
-from attnum.formats import FloatFormat
-from attnum.rounding import round_to
+from attnum.numerics.formats import FloatFormat
+from attnum.numerics.rounding import round_to
 
 SITES = ("logits", "exp", "sum", "probs", "ratio", "residual", "residual_sum", "residual_probs")
 _INF = math.inf

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from attnum.formats import FloatFormat, get_format
-from attnum.rounding import round_to
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.rounding import round_to
 
 
 def greedy_verify(target_logits: torch.Tensor, draft_token: int, fmt: str | FloatFormat) -> tuple[int, int]:
@@ -29,7 +29,7 @@ def greedy_ties(logits: torch.Tensor, fmt: str | FloatFormat) -> dict[str, float
     ``fmt`` (greedy then rests on a tie-break rule), whose top two lie within one ulp (a one-ulp
     difference between two computations of the logits, e.g. batch-variant GEMMs, can swap them),
     and whose argmax in ``fmt`` differs from the float64 argmax."""
-    from attnum.metrics import ulp
+    from attnum.numerics.metrics import ulp
 
     fmt = get_format(fmt)
     x = torch.as_tensor(logits).double()

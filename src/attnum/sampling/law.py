@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import FloatFormat, get_format
-from attnum.rounding import round_to
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.rounding import round_to
 from attnum.sampling.emulate import accept_prob, check_probs, ratio_in, residual_in, softmax_in
 from attnum.sampling.noise import Noise, get_noise, race_law
 

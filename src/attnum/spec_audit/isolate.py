@@ -1,7 +1,7 @@
 """``attnum spec-audit`` with the sampler in a kernel server, as ``attnum audit`` runs its targets.
 
 The cases, the draws of the draft tokens, the counts, the test and the verdict run here, in the
-parent. The sampler runs in a child process (:mod:`attnum.kernel_server`) that resolves it (a
+parent. The sampler runs in a child process (:mod:`attnum.sandbox.server`) that resolves it (a
 ``sys.exit`` or a crash while it is imported is the child's death) and only computes it: each call
 sends p, q, the drafts and the generator's state as raw bytes and gets the tokens (and the
 generator's new state) back as data, which :func:`attnum.spec_audit.engine.run_case` checks like any
@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from attnum.kernel_remote import RemoteTarget
-from attnum.kernel_server import KernelServer, TargetGone
+from attnum.sandbox.remote import RemoteTarget
+from attnum.sandbox.server import KernelServer, TargetGone
 from attnum.spec_audit.cases import get_cases
 from attnum.spec_audit.engine import SpecAuditConfig, failed_row, generator, run_case, summary
 
@@ -39,7 +39,8 @@ def run_isolated(cfg: SpecAuditConfig, *, timeout: float = 300.0) -> dict:
     try:
         while i < len(cases):
             if server is None:
-                server = KernelServer("sampler", cfg.target, timeout=timeout, threads=torch.get_num_threads())
+                server = KernelServer("sampler", cfg.target, timeout=timeout, threads=torch.get_num_threads(),
+                                      resolver="attnum.spec_audit.targets:resolve_sampler")
                 try:
                     info = server.start()  # AttnumInputError: the name does not resolve (exit 2)
                 except TargetGone as gone:

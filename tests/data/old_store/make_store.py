@@ -10,10 +10,10 @@ at tiny sizes. tests/test_old_store.py reads it with the current code. Not colle
 import dataclasses
 from pathlib import Path
 
-from attnum.experiments.inference import FP8TablePoint
+from attnum.sweep.inference import FP8TablePoint
 
-from attnum.executors import SweepOptions, run_sweep
-from attnum.experiments.spec import Group, load_spec
+from attnum.sweep.executors import SweepOptions, run_sweep
+from attnum.sweep.spec import Group, load_spec
 
 spec = load_spec("spec.toml")
 fp8 = Group(name="fp8-table", points=(FP8TablePoint(seq_len=16, heads=1, head_dim=8),))

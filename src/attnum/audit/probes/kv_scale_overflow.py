@@ -27,8 +27,8 @@ import torch
 from attnum.attention.paged import to_pages
 from attnum.audit.harness import Case, Probe, ProbeContext
 from attnum.audit.serving import decode_case, decode_inputs, missing, unsupported
-from attnum.formats import get_format
-from attnum.rounding import round_to
+from attnum.numerics.formats import get_format
+from attnum.numerics.rounding import round_to
 
 # (factor of the cache's largest value, position as a fraction of L, channel)
 OUTLIERS = ((1.34, 0.0, 3), (22.0, 0.5, 17), (-1.34, 0.75, 40), (-22.0, 1.0, 61))

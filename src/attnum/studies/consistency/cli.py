@@ -20,8 +20,8 @@ def _save(out: str | None, name: str, data) -> None:
     if out:
         from pathlib import Path
 
-        from attnum.jsonout import dumps
-        from attnum.outfile import write_atomic
+        from attnum.store.jsonout import dumps
+        from attnum.store.outfile import write_atomic
 
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     ) -> None:
         """One request under every way a server computes it: bit-identical share, max ulp, the knob that breaks it."""
-        from attnum.report.progress import Activity
+        from attnum.console.progress import Activity
         from attnum.studies.consistency import report
         from attnum.studies.consistency.config import ConsistencyConfig
         from attnum.studies.consistency.cost_table import cost_table
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         cost = cost_table()
         _save(out, "consistency.json", {"study": result, "cost": cost})
         if as_json:
-            from attnum.jsonout import dumps
+            from attnum.store.jsonout import dumps
 
             print(dumps({"study": result, "cost": cost}, indent=2))
             return
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         print()
         print(report.text_table(report.MODE_HEADER, report.mode_rows(result)))
         print()
-        print("Cost of invariance (decode bound, H=32 G=8 d=128 bf16; occupancy model in attnum.cost):")
+        print("Cost of invariance (decode bound, H=32 G=8 d=128 bf16; occupancy model in attnum.attention.cost):")
         print(report.text_table(report.COST_HEADER, report.cost_rows(cost)))
 
     @app.command("consistency-tokens")
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
         """Greedy completions of the bundled LM under a batch-variant and a batch-invariant schedule."""
         from pathlib import Path
 
-        from attnum.report.progress import Activity
+        from attnum.console.progress import Activity
         from attnum.studies.consistency import report
         from attnum.studies.consistency.tokens import TokensConfig, run_tokens
 
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
             result = run_tokens(cfg, Path(out) if out else None)
         _save(out, "tokens.json", result)
         if as_json:
-            from attnum.jsonout import dumps
+            from attnum.store.jsonout import dumps
 
             print(dumps(result, indent=2))
             return

@@ -16,7 +16,7 @@ import torch
 
 from attnum.attention.split_rules import parse_split_rule
 from attnum.errors import bad_value
-from attnum.policy import parse_policy
+from attnum.numerics.policy import parse_policy
 
 DEFAULT_RULES = ("fa2", "flashinfer:2048", "sglang-fixed:256", "sglang", "vllm", "vllm-invariant")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnum.studies.consistency.config import ConsistencyConfig
-from attnum.studies.point import StudyPoint
-from attnum.studies.registry import Family, Finding, ReportContext, ReportPart, StudyKind
+from attnum.sweep.point import StudyPoint
+from attnum.sweep.registry import Family, Finding, ReportContext, ReportPart, StudyKind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +48,7 @@ def _rules(v: Any) -> None:
 
 
 def _policy(v: Any) -> None:
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     parse_policy(v)
 
@@ -56,7 +56,7 @@ def _policy(v: Any) -> None:
 _INTS = "one or more positive integers"
 # Each axis checked on its own; the point checks the fields together (first_position < length, ...).
 AXES = {
-    "policy": ("a policy NAME:FORMAT (attnum.policy)", _ok(_policy)),
+    "policy": ("a policy NAME:FORMAT (attnum.numerics.policy)", _ok(_policy)),
     **{f: ("a positive integer", _pos) for f in ("length", "first_position", "positions", "heads", "kv_heads",
                                                  "head_dim", "mixes", "co_len_min", "co_len_max")},
     "rules": ("split rules, ';'-separated (attnum.attention.split_rules)", _ok(_rules)),
@@ -107,7 +107,7 @@ def profile_spec(profile: str = "consistency", device: str = "cpu") -> Any:
     """``attnum reproduce --profile consistency``: the default point in bf16 and fp16, MHA-like (G = 8) and
     GQA (G = 2), two seeds; about a minute on 2 cores."""
     from attnum.errors import bad_value
-    from attnum.experiments.spec import Group, SweepSpec
+    from attnum.sweep.spec import Group, SweepSpec
 
     if profile != "consistency":
         raise bad_value("--profile", profile, "consistency")

@@ -36,11 +36,11 @@ from attnum.attention.flash import flash_attention
 from attnum.attention.golden import golden_attention
 from attnum.attention.paged import paged_decode_attention, to_pages
 from attnum.attention.split_rules import parse_split_rule, plan_splits
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import ulp
-from attnum.policy import parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.metrics import ulp
+from attnum.numerics.policy import parse_policy
+from attnum.numerics.rounding import round_to
 from attnum.studies.consistency.config import ConsistencyConfig
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 
 def max_ulp(x: torch.Tensor, ref: torch.Tensor, fmt) -> float:

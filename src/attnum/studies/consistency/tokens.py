@@ -30,7 +30,7 @@ import torch
 
 from attnum.attention.split_rules import parse_split_rule, plan_splits
 from attnum.errors import bad_value
-from attnum.policy import parse_policy
+from attnum.numerics.policy import parse_policy
 from attnum.studies.consistency.lm_decode import ServedLM, training_logits
 from attnum.studies.consistency.run import one_thread
 from attnum.workloads.models import ByteLM, ModelConfig

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import typer
 
+from attnum.console.progress import Activity
 from attnum.errors import bad_value
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.store.jsonout import dumps
 
 
 def _floats(text: str, param: str) -> tuple[float, ...]:
@@ -81,7 +81,7 @@ def _print(rows, cols, as_json: bool, title: str) -> None:
     if as_json:
         print(dumps({"title": title, "rows": rows}, indent=2))
         return
-    from attnum.cli.tables import text_table
+    from attnum.console.rows import text_table
 
     print(title)
     print(text_table(rows, cols))
@@ -102,7 +102,7 @@ def render(result: dict) -> str:
             r = by[d, key]
             row[d] = f"{100 * r['cossim']:.3f}% {r['rel_l1']:.4f} {r['rmse']:.2e}"
         out.append(row)
-    from attnum.cli.tables import text_table
+    from attnum.console.rows import text_table
 
     lines = [text_table(out, ("table", "setting", "published CosSim/L1/RMSE", *dists)), "", "Orderings (1 - CosSim):"]
     for o in result["orderings"]:

@@ -18,7 +18,7 @@ import torch
 from attnum.attention import flash_attention, golden_attention
 from attnum.attention.exp2 import binade, exp2_poly, ulp_error
 from attnum.errors import bad_value
-from attnum.rounding import round_to
+from attnum.numerics.rounding import round_to
 
 THRESHOLDS = (1.0, 2.0, 4.0, 8.0, 16.0)
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from attnum.studies.lowbit.point import LOWBIT_FIELDS, LowbitPoint
-from attnum.studies.registry import Family, Finding, ReportContext, ReportPart, StudyKind
+from attnum.sweep.registry import Family, Finding, ReportContext, ReportPart, StudyKind
 
 GRANS = ("tensor", "block", "warp", "thread", "token")
 SMOOTHING = {(False, False): "no smoothing", (True, False): "smooth K", (False, True): "smooth Q",
@@ -104,7 +104,7 @@ def report(ctx: ReportContext) -> ReportPart:
 def _profile(profile: str, device: str):
     """``attnum reproduce --profile lowbit``: INT4 Q K (SageAttention2's setting) on the channel-bias and
     sink inputs over granularity x smoothing, and FA2 vs FA4's lazy rescale over thresholds."""
-    from attnum.experiments.spec import Group, SweepSpec
+    from attnum.sweep.spec import Group, SweepSpec
 
     base = {"format": "fp16", "seq_len": 512, "device": device}
     gran = tuple(LowbitPoint(scheme="sage2-4b", pv="fp16", pv_acc="fp32", dist=d, granularity=g, smooth_k=sk,

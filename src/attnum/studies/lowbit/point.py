@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.formats import get_format
-from attnum.inputs import DISTS
-from attnum.lowbit import ACC_FORMATS, GRANULARITIES, PV_FORMATS, QK_FORMATS
-from attnum.policy import EXP2, NAMED, parse_policy
-from attnum.studies.axes import COMMON, is_bool, positive_int
-from attnum.studies.point import StudyPoint, from_config
+from attnum.numerics.formats import get_format
+from attnum.numerics.lowbit import ACC_FORMATS, GRANULARITIES, PV_FORMATS, QK_FORMATS
+from attnum.numerics.policy import EXP2, NAMED, parse_policy
+from attnum.sweep.axes import COMMON, is_bool, positive_int
+from attnum.sweep.point import StudyPoint, from_config
+from attnum.workloads.inputs import DISTS
 
 
 def _opt(check):
@@ -99,8 +99,8 @@ class LowbitPoint(StudyPoint):
 
     def run(self) -> dict[str, Any]:
         from attnum.attention import flash_attention, golden_attention
-        from attnum.inputs import InputSpec, make_qkv
         from attnum.studies.lowbit.table import metrics
+        from attnum.workloads.inputs import InputSpec, make_qkv
 
         q, k, v = make_qkv(InputSpec(batch=self.batch, heads=self.heads, seq_len=self.seq_len, head_dim=self.head_dim,
                                      dist=self.dist, seed=self.seed))

@@ -6,7 +6,7 @@ RMSE = sqrt(mean (O - O')**2).
 
 The published numbers come from model layers (Llama2-7B and Unidiffuser for SageAttention1's Table 2
 and 4 averages; CogVideoX for SageAttention2's Tables 4, 6, 7); attnum runs the same configurations
-on synthetic inputs with the structure those layers have (:mod:`attnum.inputs_lowbit`). The claim
+on synthetic inputs with the structure those layers have (:mod:`attnum.workloads.structured`). The claim
 checked is each table's *ordering*; :func:`orderings` computes which hold on which inputs, and
 :func:`mechanisms` the quantities that explain them.
 """
@@ -21,9 +21,9 @@ import torch
 
 from attnum.attention import flash_attention, golden_attention
 from attnum.errors import bad_value
-from attnum.formats import get_format
-from attnum.inputs import InputSpec, make_qkv
-from attnum.inputs_lowbit import LM_BATCH, LM_HEAD_DIM, LM_HEADS, LM_SEQ, STRUCTURED
+from attnum.numerics.formats import get_format
+from attnum.workloads.inputs import InputSpec, make_qkv
+from attnum.workloads.structured import LM_BATCH, LM_HEAD_DIM, LM_HEADS, LM_SEQ, STRUCTURED
 
 _A = "sage1:{f}"
 _B = "sage2-4b:{f},granularity=token,pv=fp16,pv_acc=fp32"

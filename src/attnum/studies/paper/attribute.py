@@ -25,9 +25,9 @@ import time
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.errors import bad_value
-from attnum.formats import PRESETS, FloatFormat
-from attnum.metrics import deviation
-from attnum.policy import Policy
+from attnum.numerics.formats import PRESETS, FloatFormat
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import Policy
 from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 
 ATTRIBUTED = ("scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
@@ -105,7 +105,7 @@ def run_attribute(cfg: CompareConfig | AttributeConfig) -> dict:
     "timing_s"}; each run is {"flash": deviation, "baseline": deviation} against the float64 golden."""
     acfg = cfg if isinstance(cfg, AttributeConfig) else AttributeConfig(compare=cfg)
     c = acfg.compare
-    from attnum.memory_budget import require_compare
+    from attnum.sweep.memory_budget import require_compare
 
     require_compare(c, what="attribute")
     t0 = time.perf_counter()

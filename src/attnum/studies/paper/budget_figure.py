@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnum.experiments.results import Row
 from attnum.report.plotting import panels, save
 from attnum.studies.paper.cells import tiles_of
+from attnum.sweep.results import Row
 
 IMPL_STYLE = {"flash": {"color": "tab:blue", "hatch": ""}, "baseline": {"color": "tab:red", "hatch": "//"}}
 

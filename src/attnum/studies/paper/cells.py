@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from attnum.experiments.results import LABELS, Row, metric, values
+from attnum.sweep.results import LABELS, Row, metric, values
 
 FLASH_VS_BASELINE = "flash_vs_baseline.max_abs"  # the metric the paper's figures plot
 TILE_FIELDS = ("block_q", "block_k", "sram", "swap_blocks", "square")

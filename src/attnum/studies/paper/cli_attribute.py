@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.console.progress import Activity
+from attnum.store.jsonout import dumps
 from attnum.studies.paper.cli_compare import config_command
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ def _title(result: dict) -> str:
 
 
 def print_budget(result: dict) -> None:
+    from attnum.console.tables import print_table, say
     from attnum.studies.paper.attribute import budget_rows, dominant_sentence, ratio_text
-    from attnum.tables import print_table, say
 
     cols = ("site", "format", "only this rounds: flash", "baseline", "flash/baseline",
             "only this exact: flash", "baseline")

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.console.progress import Activity
+from attnum.store.jsonout import dumps
 
 if TYPE_CHECKING:  # the command imports the study when it runs, so --help never loads torch
     from attnum.studies.paper.compare import CompareConfig
@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
 
 
 def print_result(result: dict) -> None:
-    from attnum.tables import print_table, say
+    from attnum.console.tables import print_table, say
 
     pol, tiles = result["policy"], result["tiles"]
     base = result.get("baseline_policy", pol)
@@ -135,8 +135,8 @@ def _cell(column: str, value: float) -> str:
 
 
 def print_grad_result(result: dict) -> None:
+    from attnum.console.tables import print_table, say
     from attnum.studies.paper.grad_compare import grad_rows
-    from attnum.tables import print_table, say
 
     pol, tiles = result["policy"], result["tiles"]
     cols = ("pair", "grad", "max_abs", "mean_abs", "rmse", "max_ulp")

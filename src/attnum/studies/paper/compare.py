@@ -17,21 +17,21 @@ from typing import Any
 
 import torch
 
-from attnum import memo
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.attention.flash import VARIANTS, kv_tile_order
 from attnum.attention.masks import ALIGNMENTS
 from attnum.attention.tiles import resolve_tiles
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import get_format
-from attnum.inputs import DISTS, InputSpec, make_qkv
-from attnum.metrics import deviation, error_ratio
-from attnum.policy import parse_policy
-from attnum.rounding import round_to
-from attnum.studies.axes import COMMON, DEVICES, POLICY_NAMES  # noqa: F401 - compare's names for them too
-from attnum.studies.axes import is_bool as _bool
-from attnum.studies.axes import opt_positive_int as _opt_positive_int
-from attnum.studies.axes import parses as _parses
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import deviation, error_ratio
+from attnum.numerics.policy import parse_policy
+from attnum.numerics.rounding import round_to
+from attnum.sweep import memo
+from attnum.sweep.axes import COMMON, DEVICES, POLICY_NAMES  # noqa: F401 - compare's names for them too
+from attnum.sweep.axes import is_bool as _bool
+from attnum.sweep.axes import opt_positive_int as _opt_positive_int
+from attnum.sweep.axes import parses as _parses
+from attnum.workloads.inputs import DISTS, InputSpec, make_qkv
 
 KV_ORDERS = ("forward", "reverse", "random", "random:SEED")
 
@@ -170,7 +170,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     """Run one point -> {"config", "policy", "baseline_policy", "tiles", "metrics": {pair: {...}},
     "ratio", "timing_s"}. Refuses (one line) a point larger than this machine's memory, before
     allocating, and a point whose golden value is not finite."""
-    from attnum.memory_budget import require_compare
+    from attnum.sweep.memory_budget import require_compare
 
     require_compare(cfg)
     return _run_compare(cfg)
@@ -188,7 +188,7 @@ def _run_compare(cfg: CompareConfig) -> dict:
     mask = tuple(sorted(common.items()))  # every argument beside q, k, v (and the baseline's policy)
     scores = q.shape[-2] * k.shape[-2] * q.shape[0] * q.shape[1]
     # Equal inputs, same bits: points that differ only in tiles, variant or flash policy share these
-    # (attnum.memo; timing_s then shows the time to fetch them).
+    # (attnum.sweep.memo; timing_s then shows the time to fetch them).
     golden = memo.reuse("golden", (q, k, v), mask, lambda: golden_attention(q, k, v, **common), scores)
     timing["golden"] = time.perf_counter() - t0
     require_finite_golden(golden, cfg)

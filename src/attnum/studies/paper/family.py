@@ -9,7 +9,7 @@ from attnum.studies.paper.point import COMPARISONS, Point
 from attnum.studies.paper.profiles import PROFILES, paper_spec
 from attnum.studies.paper.report import report
 from attnum.studies.paper.run import run_attribute_point, run_compare_point, run_kernels_point
-from attnum.studies.registry import Family, StudyKind
+from attnum.sweep.registry import Family, StudyKind
 
 # What the generic per-group figures draw for compare rows (groups the paper's own figures do not draw).
 METRICS = (

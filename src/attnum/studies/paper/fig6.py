@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnum.experiments.results import Row, metric, seed_summary, select, values
 from attnum.report.plotting import finish, format_color, log_y, panels, save, spread_line, style_legend, variant_style
 from attnum.studies.paper import cells as C
 from attnum.studies.paper.cells import tiles_of
+from attnum.sweep.results import Row, metric, seed_summary, select, values
 
 
 def _paired_ratio_series(rows: list[Row], flag: str) -> list[tuple[int, dict]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from attnum.experiments.results import Row, select, series, values
 from attnum.report.plotting import (
     POLICY_COLOR,
     POLICY_MARKER,
@@ -32,6 +31,7 @@ from attnum.studies.paper import cells as C
 from attnum.studies.paper.budget_figure import budget_captions, budget_figures
 from attnum.studies.paper.cells import tiles_of
 from attnum.studies.paper.fig6 import effect_figure, fig6c_figure
+from attnum.sweep.results import Row, select, series, values
 
 PAPER_GROUPS = ("fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist",
                 "eager", "attribute")

@@ -30,11 +30,11 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from attnum.experiments.results import Row, metric, seed_summary, spearman
 from attnum.studies.paper import cells as C
 from attnum.studies.paper.cells import Cell
 from attnum.studies.paper.flag_claims import square_cells, swap_cells
-from attnum.studies.registry import Finding
+from attnum.sweep.registry import Finding
+from attnum.sweep.results import Row, metric, seed_summary, spearman
 
 TREND_RHO = 0.8
 TEN_X_BAND = (10 / math.sqrt(10), 10 * math.sqrt(10))

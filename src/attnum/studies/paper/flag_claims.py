@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from attnum.experiments.results import Row, geomean, metric
 from attnum.studies.paper import cells as C
 from attnum.studies.paper.cells import Cell
+from attnum.sweep.results import Row, geomean, metric
 
 EFFECT = 1.1
 

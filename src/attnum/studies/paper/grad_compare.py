@@ -7,7 +7,7 @@ the same upstream gradient dO (seeded, rounded to the input format):
 - flash: ``flash_attention``'s recomputing backward (``attnum.attention.flash_backward``);
 - baseline: ``baseline_attention`` differentiated: every site rounded per policy in the forward
   *and* its gradient rounded to the same site's format on the way back
-  (``attnum.rounding.round_ste``), matmul accumulators included -- the emulated same-precision
+  (``attnum.numerics.rounding.round_ste``), matmul accumulators included -- the emulated same-precision
   baseline, available for every format;
 - torch_eager / torch_flash (when the input format is a torch dtype): PyTorch autograd of op-by-op
   attention in that dtype (FlashAttention's test baseline), and PyTorch's own flash kernel's
@@ -24,9 +24,9 @@ import torch
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention, masks
 from attnum.attention.eager import eager_attention
-from attnum.formats import torch_dtype
-from attnum.metrics import deviation, error_ratio
-from attnum.rounding import round_to
+from attnum.numerics.formats import torch_dtype
+from attnum.numerics.metrics import deviation, error_ratio
+from attnum.numerics.rounding import round_to
 from attnum.studies.paper.compare import CompareConfig, compare_inputs, require_finite_golden
 
 GRADS = ("dq", "dk", "dv")
@@ -46,7 +46,7 @@ def run_grad_compare(cfg: CompareConfig) -> dict:
     "timing_s"}; impl in flash, baseline and (native formats) torch_eager, torch_flash."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from attnum.memory_budget import require_compare
+    from attnum.sweep.memory_budget import require_compare
 
     require_compare(cfg, grad=True)
     policy, (q, k, v) = compare_inputs(cfg)

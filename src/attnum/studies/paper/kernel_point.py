@@ -1,6 +1,6 @@
 """Real kernels at a sweep point: each available kernel's deviation from the float64 golden.
 
-The inputs are the same seeded Q, K, V the emulation sees at that point (``attnum.inputs``), cast to
+The inputs are the same seeded Q, K, V the emulation sees at that point (``attnum.workloads.inputs``), cast to
 the point's native dtype, so the report can put the emulation next to what real kernels do.
 A kernel the machine lacks is recorded as unavailable with the registry's reason, not as an error.
 
@@ -22,7 +22,7 @@ from attnum.studies.paper.point import Point
 
 def point_inputs(point: Point):
     """float64 q (B, H, N, d), k and v (B, G, S, d) for the point: the same seeded samples as compare."""
-    from attnum.inputs import make_qkv
+    from attnum.workloads.inputs import make_qkv
 
     return make_qkv(point.input_spec())
 
@@ -43,9 +43,9 @@ def kernel_masking(point: Point) -> dict[str, Any]:
 def kernel_deviations(point: Point, *, dtype: torch.dtype, kernels: tuple[str, ...]) -> dict[str, Any]:
     """``{"kernels": {name: {"available": bool, "reason"|metrics...}}}`` for each named kernel."""
     from attnum.attention.golden import golden_attention
-    from attnum.formats import get_format
     from attnum.kernels.registry import get_kernel, kernel_status
-    from attnum.metrics import deviation
+    from attnum.numerics.formats import get_format
+    from attnum.numerics.metrics import deviation
 
     # The kernel sees the inputs rounded to its dtype; the golden is exact attention on those same
     # values, as in compare (which rounds to the policy's input format first).

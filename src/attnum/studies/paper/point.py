@@ -24,9 +24,9 @@ import json
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.formats import TORCH_DTYPE_NAMES
-from attnum.studies.axes import POLICY_NAMES
+from attnum.numerics.formats import TORCH_DTYPE_NAMES
 from attnum.studies.paper.compare import FIELDS, CompareConfig
+from attnum.sweep.axes import POLICY_NAMES
 
 COMPARISONS = ("flash_vs_golden", "baseline_vs_golden", "flash_vs_baseline", "kernels")
 KINDS = ("compare", "kernels", "attribute")
@@ -68,10 +68,10 @@ class Point(CompareConfig):
                                     "real kernels have their own policy and tiles")
 
     def cost_features(self) -> tuple[float, ...]:
-        """What this point's work scales with, for the sweep's ETA (:mod:`attnum.eta`): a kernels
+        """What this point's work scales with, for the sweep's ETA (:mod:`attnum.sweep.eta`): a kernels
         point runs real kernels (~3 per score element), an attribute point ~16 emulated runs (each
         site alone and each site exact, for flash and baseline), a compare point 2."""
-        from attnum.eta import attention_features
+        from attnum.sweep.eta import attention_features
 
         if self.kind == "kernels":
             return attention_features(self, runs=0, kernel_runs=3.0)
@@ -80,7 +80,7 @@ class Point(CompareConfig):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Point:
         """The point a :meth:`config` dict (a stored row's ``config``) describes (other kinds:
-        :func:`attnum.studies.registry.point_from_config`)."""
+        :func:`attnum.sweep.registry.point_from_config`)."""
         cfg = dict(config)
         if cfg.get("kind") == "kernels" and cfg.get("policy") is None:
             cfg.pop("policy", None)

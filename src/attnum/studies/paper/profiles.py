@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnum.experiments.spec import SweepSpec, spec_from_dict
+from attnum.sweep.spec import SweepSpec, spec_from_dict
 
 PROFILES = ("quick", "full", "smoke")  # the inference profiles are the serving family's
 _NAMED = ["bf16", "fp16", "fp32", "fp64"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnum.experiments.results import Row, metric, seed_summary
 from attnum.report.blocks import CSS_CLASS as _CSS_CLASS
 from attnum.report.blocks import esc as _e
 from attnum.report.blocks import figure as _figure
@@ -18,7 +17,8 @@ from attnum.report.blocks import verdict as _verdict
 from attnum.studies.paper.figures import PAPER_GROUPS, captions, draw_all
 from attnum.studies.paper.findings import ClaimMap, compute_maps
 from attnum.studies.paper.headline import paper_headline
-from attnum.studies.registry import ReportContext, ReportPart
+from attnum.sweep.registry import ReportContext, ReportPart
+from attnum.sweep.results import Row, metric, seed_summary
 
 KINDS = ("compare", "attribute", "kernels")
 _SUMMARY_METRICS = ("flash_vs_golden.max_abs", "baseline_vs_golden.max_abs", "flash_vs_baseline.max_abs", "ratio.max_abs")

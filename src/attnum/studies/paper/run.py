@@ -37,7 +37,7 @@ def run_attribute_point(point: Point, kernels: tuple[str, ...] = ()) -> dict[str
 
 def _format_bits(fmt: str) -> dict[str, int]:
     """Stored so the report can order formats by mantissa bits without importing the numerics."""
-    from attnum.formats import get_format
+    from attnum.numerics.formats import get_format
 
     f = get_format(fmt)
     return {"ebits": f.ebits, "mbits": f.mbits}
@@ -45,7 +45,7 @@ def _format_bits(fmt: str) -> dict[str, int]:
 
 def run_kernels_point(point: Point, kernels: tuple[str, ...] = ()) -> dict[str, Any]:
     """Each requested real kernel's deviation from the float64 golden at this point's inputs."""
-    from attnum.formats import torch_dtype
+    from attnum.numerics.formats import torch_dtype
     from attnum.studies.paper.kernel_point import kernel_deviations
 
     dtype = torch_dtype(point.format)  # a kernels Point only holds formats that have one

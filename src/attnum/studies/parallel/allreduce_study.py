@@ -1,4 +1,4 @@
-"""Reduction order across ranks: the emulated all-reduce (:mod:`attnum.allreduce`) in a tensor-parallel
+"""Reduction order across ranks: the emulated all-reduce (:mod:`attnum.numerics.allreduce`) in a tensor-parallel
 output projection and a data-parallel gradient average, and the check against torch.distributed's gloo.
 """
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from attnum.allreduce import ALGORITHMS, allreduce_sum, grad_allreduce_mean, row_parallel_linear
 from attnum.errors import bad_value
-from attnum.formats import get_format, torch_dtype
-from attnum.rounding import round_to
+from attnum.numerics.allreduce import ALGORITHMS, allreduce_sum, grad_allreduce_mean, row_parallel_linear
+from attnum.numerics.formats import get_format, torch_dtype
+from attnum.numerics.rounding import round_to
 from attnum.studies.parallel.spawn import run_ranks
 
 

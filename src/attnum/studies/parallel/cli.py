@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.console.progress import Activity
+from attnum.store.jsonout import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Ring attention's deviation from golden against shards, layout and merge policy."""
-        from attnum.cli.tables import show_table
+        from attnum.console.rows import show_table
         from attnum.kernels.context_parallel import available_cp_kernels
         from attnum.studies.parallel.ring_study import RingConfig, run_ring
         from attnum.studies.parallel.spawn import RankFailed
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
                          head_dim=head_dim, batch=batch, causal=causal, block_k=block_k, seed=seed, backend=backend,
                          timeout=timeout)
         if out is not None:
-            from attnum.outdir import check_out_folder
+            from attnum.store.outdir import check_out_folder
 
             check_out_folder(out)  # before the ranks run, not after
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnum.studies.parallel.point import RING_FIELDS, RingPoint
-from attnum.studies.registry import Family, StudyKind
+from attnum.sweep.registry import Family, StudyKind
 
 
 def _run(point: RingPoint, kernels: tuple[str, ...]) -> dict[str, Any]:

@@ -20,15 +20,15 @@ from typing import Any
 from attnum.attention.merge import METHODS
 from attnum.attention.ring import LAYOUTS
 from attnum.errors import bad_value
-from attnum.formats import get_format
-from attnum.studies.axes import POLICY_NAMES, accepts, positive_int
-from attnum.studies.point import StudyPoint, from_config
+from attnum.numerics.formats import get_format
+from attnum.sweep.axes import POLICY_NAMES, accepts, positive_int
+from attnum.sweep.point import StudyPoint, from_config
 
 KINDS = ("ring",)
 
 
 def _policy_ok(v: Any) -> bool:
-    from attnum.policy import parse_policy
+    from attnum.numerics.policy import parse_policy
 
     return accepts(lambda x: parse_policy(x))(v)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnum.jsonout import dumps
-from attnum.outfile import write_atomic
 from attnum.report.page import embedded_png as _svg_free_png
 from attnum.report.page import html_table as _table
 from attnum.report.page import standalone_page as _page
 from attnum.report.plotting import finish, format_color, panels, save
+from attnum.store.jsonout import dumps
+from attnum.store.outfile import write_atomic
 
 
 def ring_figure(rows: list[dict], out: Path) -> Path:

@@ -17,9 +17,9 @@ from attnum.attention.merge import METHODS
 from attnum.attention.ring import LAYOUTS, ring_attention, shard_positions
 from attnum.errors import AttnumInputError, bad_value
 from attnum.kernels.context_parallel import CP_KERNELS, cp_status
-from attnum.metrics import deviation
-from attnum.policy import parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import parse_policy
+from attnum.numerics.rounding import round_to
 
 BACKENDS = ("sim", "gloo", "nccl", *CP_KERNELS)
 

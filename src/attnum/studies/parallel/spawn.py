@@ -39,7 +39,7 @@ def _worker(rank, world_size, port, backend, timeout_s, fn, args, fault, out, pa
     import torch
     import torch.distributed as dist
 
-    from attnum.processes import die_with_parent
+    from attnum.sandbox.processes import die_with_parent
 
     die_with_parent(parent_pid)  # a SIGKILLed parent must not leave ranks waiting in a collective
     try:

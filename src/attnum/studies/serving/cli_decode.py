@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.console.progress import Activity
+from attnum.store.jsonout import dumps
 
 COLUMNS = ("max_abs", "mean_abs", "rmse", "max_ulp", "cosine")
 
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
 
 def print_result(result: dict) -> None:
-    from attnum.tables import print_table, say
+    from attnum.console.tables import print_table, say
 
     c, t = result["config"], result["tiles"]
     shape = (f"B={c['batch']} H={c['heads']} G={c['kv_heads'] or c['heads']} N={c['queries']} S={c['cache_len']} "

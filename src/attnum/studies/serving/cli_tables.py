@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from attnum.console.progress import Activity
 from attnum.errors import bad_value
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.store.jsonout import dumps
 
 
 def _e(x) -> str:
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps({**table_meta(cfg), "rows": rows}, indent=2))
             return
-        from attnum.tables import print_table, say
+        from attnum.console.tables import print_table, say
 
         cols = ("setting", "attnum RMSE", "paper RMSE", "attnum / FA3 FP8", "paper / FA3 FP8", "s")
         print_table(cols, [[r["setting"], _e(r["rmse"]), _e(r["paper_rmse"]), _r(r["ratio_to_fa3_fp8"]),
@@ -70,7 +70,7 @@ def _mla_table(cfg, as_json: bool) -> None:
     if as_json:
         print(dumps({"config": cfg.__dict__, "rows": rows}, indent=2))
         return
-    from attnum.tables import print_table
+    from attnum.console.tables import print_table
 
     cols = ("latent cache", "path", "RMSE", "max abs", "absorbed vs explicit", "overflow", "bytes/token")
     print_table(cols, [[r["cache"], r["path"], _e(r["rmse"]), _e(r["max_abs"]), _e(r["vs_explicit_rmse"]),

@@ -15,7 +15,7 @@ queries are its last N positions (causal, ``causal_alignment``). Each point reco
 - with ``mla_rank``: DeepSeek MLA (:mod:`attnum.attention.mla`) on the latent cache, the chosen path
   (``absorbed`` or explicit) as ``decode_vs_golden``, the other as ``other_path_vs_golden``, and
   ``absorbed_vs_explicit``;
-- ``cost``: FLOPs, bytes and roofline bounds (:mod:`attnum.cost`) where the format has a cost model.
+- ``cost``: FLOPs, bytes and roofline bounds (:mod:`attnum.attention.cost`) where the format has a cost model.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from attnum.attention.masks import ALIGNMENTS
 from attnum.attention.merge import parse_lse_base
 from attnum.attention.paged import paged_decode_attention, to_pages
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import get_format
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import deviation
-from attnum.policy import parse_policy
-from attnum.rounding import round_to
-from attnum.studies.axes import COMMON as COMPARE_FIELDS
-from attnum.studies.axes import accepts, opt_positive_int, positive_int
+from attnum.numerics.formats import get_format
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import parse_policy
+from attnum.numerics.rounding import round_to
+from attnum.sweep.axes import COMMON as COMPARE_FIELDS
+from attnum.sweep.axes import accepts, opt_positive_int, positive_int
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +154,7 @@ def _quantization(cfg: DecodeConfig):
 
 def run_decode(cfg: DecodeConfig) -> dict[str, Any]:
     """Run one decode point -> {"config", "policy", "metrics", "kv", "tiles", "cost", "timing_s"}."""
-    from attnum.memory_budget import require_decode
+    from attnum.sweep.memory_budget import require_decode
 
     require_decode(cfg)
     t0 = time.perf_counter()
@@ -240,8 +240,8 @@ def _run_mla(cfg: DecodeConfig, policy) -> dict[str, Any]:
 
 
 def _cost(cfg: DecodeConfig) -> dict[str, Any] | None:
-    """attnum.cost for this call, or None where the formats have no cost model."""
-    from attnum.cost import DEVICES, CostConfig, attention_cost
+    """attnum.attention.cost for this call, or None where the formats have no cost model."""
+    from attnum.attention.cost import DEVICES, CostConfig, attention_cost
 
     kv = {"auto": cfg.format, "fp8": "e4m3fn", "fp8_e4m3": "e4m3fn", "fp8_e5m2": "e5m2"}.get(
         cfg.kv_cache_dtype, cfg.kv_cache_dtype)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnum.studies.registry import Family, StudyKind
 from attnum.studies.serving.decode import DECODE_FIELDS
 from attnum.studies.serving.figures import report
 from attnum.studies.serving.inference import PROFILES, DecodePoint, FP8TablePoint, inference_findings, inference_spec
+from attnum.sweep.registry import Family, StudyKind
 
 
 def _run(point: Any, kernels: tuple[str, ...]) -> dict[str, Any]:

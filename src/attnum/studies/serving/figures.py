@@ -12,10 +12,10 @@ import html
 from pathlib import Path
 from typing import Any
 
-from attnum.experiments.results import Row, metric, seed_summary, select, series
 from attnum.report.plotting import finish, log_y, panels, save, spread_line
-from attnum.studies.registry import ReportContext, ReportPart
 from attnum.studies.serving.inference import fp8_rows
+from attnum.sweep.registry import ReportContext, ReportPart
+from attnum.sweep.results import Row, metric, seed_summary, select, series
 
 DEV = "decode_vs_golden"
 CAPTIONS = {
@@ -25,7 +25,7 @@ CAPTIONS = {
     "decode-pages": "Paged decode tiled by page (Bc = page size): deviation against page size; right: vs the "
                     "contiguous unsplit decode with 128-key tiles, in output ULPs.",
     "decode-kv-format": "KV-cache format: RMSE against the golden on the unquantized cache (bars: median over seeds), "
-                        "and the KV bytes each moves relative to bf16 (attnum.cost).",
+                        "and the KV bytes each moves relative to bf16 (attnum.attention.cost).",
     "decode-gqa": "GQA: deviation against the group size H / G (G = H is MHA, G = 1 MQA), 4 splits.",
     "decode-mla": "MLA (DeepSeek) on a latent cache: explicit (K, V up-projected) and absorbed (W_UK in q, "
                   "MQA over the latent) RMSE vs golden per cache format, and absorbed vs explicit.",

@@ -1,7 +1,7 @@
 """FlashAttention-3's FP8 numerics comparison (Shah et al. 2024, arXiv 2407.08608, Sec. 4.3, Table 3),
 re-run on attnum's emulation.
 
-Inputs: Q, K, V ~ N(0, 1) + N(0, 100) * Bernoulli(0.001) (attnum.inputs "outlier"), float64; each
+Inputs: Q, K, V ~ N(0, 1) + N(0, 100) * Bernoulli(0.001) (attnum.workloads.inputs "outlier"), float64; each
 setting's output against the float64 golden value of the same inputs, RMSE over all elements.
 
 Settings (attnum's models of them; see docs/fp8-mla.md):
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from attnum.attention import baseline_attention, flash_attention, golden_attention
 from attnum.attention.quant import fp8_attention, fp8_baseline_attention, quant_format
 from attnum.errors import bad_value
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import deviation
+from attnum.numerics.metrics import deviation
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 # (key, label, paper RMSE or None)
 SETTINGS = (

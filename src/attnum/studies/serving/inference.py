@@ -18,10 +18,10 @@ import dataclasses
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.experiments.spec import Group, SweepSpec
-from attnum.nanmath import nan_max
-from attnum.studies.point import StudyPoint, from_config
+from attnum.numerics.nanmath import nan_max
 from attnum.studies.serving.decode import DecodeConfig, run_decode
+from attnum.sweep.point import StudyPoint, from_config
+from attnum.sweep.spec import Group, SweepSpec
 
 KINDS = ("decode", "fp8-table")
 DEVICES = ("cpu",)
@@ -170,16 +170,16 @@ ABOUT = 2.0  # "about r" holds within a factor ABOUT of r
 
 
 def _median(rows: list, path: str) -> float | None:
-    from attnum.experiments.results import metric, seed_summary
+    from attnum.sweep.results import metric, seed_summary
 
     xs = [v for r in rows if (v := metric(r, path)) is not None]
     return seed_summary(xs)["median"] if xs else None
 
 
 def inference_findings(rows: list) -> list:
-    """The inference profile's claims checked against its rows (:class:`attnum.studies.registry.Finding`)."""
-    from attnum.experiments.results import select, values
-    from attnum.studies.registry import Finding
+    """The inference profile's claims checked against its rows (:class:`attnum.sweep.registry.Finding`)."""
+    from attnum.sweep.registry import Finding
+    from attnum.sweep.results import select, values
 
     out = []
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from attnum.cli.tables import show_table
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.console.progress import Activity
+from attnum.console.rows import show_table
+from attnum.store.jsonout import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
                          zero_residual=zero_residual, uniform_bits=uniform_bits, logit_std=logit_std,
                          draft_noise=draft_noise, seed=seed, monte_carlo=monte_carlo)
         if out is not None:
-            from attnum.outdir import check_out_folder
+            from attnum.store.outdir import check_out_folder
 
             check_out_folder(out)
         with Activity("spec"):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnum.studies.registry import Family, StudyKind
 from attnum.studies.speculative.point import SPEC_FIELDS, SpecPoint
+from attnum.sweep.registry import Family, StudyKind
 
 
 def _run(point: SpecPoint, kernels: tuple[str, ...]) -> dict[str, Any]:

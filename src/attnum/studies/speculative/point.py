@@ -15,10 +15,10 @@ import dataclasses
 from typing import Any
 
 from attnum.errors import bad_value
-from attnum.formats import get_format
+from attnum.numerics.formats import get_format
 from attnum.sampling import NOISE, Q_ZERO, ZERO_RESIDUAL
-from attnum.studies.axes import accepts, positive_int
-from attnum.studies.point import StudyPoint, from_config
+from attnum.sweep.axes import accepts, positive_int
+from attnum.sweep.point import StudyPoint, from_config
 
 KINDS = ("spec",)
 

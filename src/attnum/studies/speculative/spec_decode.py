@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from attnum.errors import bad_value
-from attnum.formats import get_format
+from attnum.numerics.formats import get_format
 from attnum.sampling import (
     MAX_OUTCOMES,
     NOISE,

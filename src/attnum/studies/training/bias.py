@@ -23,7 +23,7 @@ e = u_r - u_ref:
 
 - ``update_signed`` = mean(e * sign(u_ref)): the mean signed error of the update, signed so that
   > 0 means r's updates are systematically larger in magnitude than the reference's;
-- ``update_bias`` = update_signed / mean|e| in [-1, 1] (``attnum.metrics.deviation``'s ``bias``);
+- ``update_bias`` = update_signed / mean|e| in [-1, 1] (``attnum.numerics.metrics.deviation``'s ``bias``);
 - ``update_rel`` = ||e|| / ||u_ref||;
 - ``grad_bias``, ``grad_rel``: the same for the raw gradients g_r - g_ref;
 - ``coherence`` = ||sum_t e_t|| / sqrt(sum_t ||e_t||^2): ~1 when the per-step errors are
@@ -49,9 +49,9 @@ import torch
 
 from attnum.attention.ties import TieCount, score_ties_by
 from attnum.errors import AttnumInputError, bad_value
-from attnum.jsonout import dumps
 from attnum.kernels.registry import require
-from attnum.outfile import write_atomic
+from attnum.store.jsonout import dumps
+from attnum.store.outfile import write_atomic
 from attnum.studies.training.bias_sites import SiteBiasConfig, run_site_bias
 from attnum.workloads.data import step_generator
 from attnum.workloads.models import ModelConfig, set_attention
@@ -303,7 +303,7 @@ def run_bias(cfg: BiasConfig, *, log=print, progress: bool = True) -> dict:
         import multiprocessing as mp
         import os
 
-        from attnum.processes import die_with_parent
+        from attnum.sandbox.processes import die_with_parent
 
         with cf.ProcessPoolExecutor(max_workers=min(cfg.jobs, len(cfg.runs)), mp_context=mp.get_context("spawn"),
                                     initializer=die_with_parent, initargs=(os.getpid(),)) as pool:

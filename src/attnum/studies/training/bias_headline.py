@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from attnum.nanmath import nan_max
+from attnum.numerics.nanmath import nan_max
 
 BLOWUP = 1.5
 SMOOTH = 25

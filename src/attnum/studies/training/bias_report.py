@@ -13,7 +13,7 @@ import html
 import statistics
 from pathlib import Path
 
-from attnum.outfile import save_figure, write_atomic
+from attnum.store.outfile import save_figure, write_atomic
 
 COLORS = {"fp32": "black", "uniform-bf16": "tab:red", "uniform-qy": "tab:blue", "fa2-bf16": "tab:green"}
 _CHECK = """window.addEventListener('load', function () {

@@ -6,7 +6,7 @@ exact; "exact" is the policy's carrier format (as ``attnum attribute`` defines i
 would move the whole computation to a float64 carrier and change the matmuls too). ``full`` is the
 policy itself, ``floor`` the run where no site rounds. Every run is compared with float64 golden
 attention and its float64 autograd on the same (rounded) inputs and the same dO, with the signed
-metrics of :func:`attnum.metrics.deviation`: ``mean_signed`` = mean(e), ``bias`` =
+metrics of :func:`attnum.numerics.metrics.deviation`: ``mean_signed`` = mean(e), ``bias`` =
 mean(e * sign(ref)) / mean|e| (+1: every error enlarges |x|), ``rel_mean_signed`` = mean(e) / mean|ref|.
 
 Shape alphabet: B batch, H heads, N queries, S keys, d head dim.
@@ -24,11 +24,11 @@ from attnum.attention import flash_attention, golden_attention
 from attnum.attention.flash_backward import flash_backward
 from attnum.attention.ties import score_ties
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import PRESETS
-from attnum.inputs import DISTS, InputSpec, make_qkv
-from attnum.metrics import deviation
-from attnum.policy import MAX_SHIFTS, Policy, parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.formats import PRESETS
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import MAX_SHIFTS, Policy, parse_policy
+from attnum.numerics.rounding import round_to
+from attnum.workloads.inputs import DISTS, InputSpec, make_qkv
 
 FORWARD_SITES = ("scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
 BACKWARD_SITES = (*FORWARD_SITES, "lse")  # the stored LSE enters the backward's recomputed P

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import typer
 
+from attnum.console.progress import Activity
 from attnum.errors import AttnumInputError
-from attnum.jsonout import dumps
-from attnum.outfile import write_atomic
-from attnum.report.progress import Activity
+from attnum.store.jsonout import dumps
+from attnum.store.outfile import write_atomic
 
 DEFAULT_OUT = Path("runs/diverge")
 
@@ -42,14 +42,14 @@ def register(app: typer.Typer) -> None:
             None, help="Compare two checkpoint folders A B instead of training (safetensors or torch state dicts)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
         isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run a user's --attention/--baseline "
-                                     "(file.py:fn, module:fn) in a kernel server process (attnum.kernel_server); "
+                                     "(file.py:fn, module:fn) in a kernel server process (attnum.sandbox.server); "
                                      "--no-isolate runs it in this process, trusting its code."),
         timeout: float = typer.Option(300.0, help="Seconds one call of a user's attention may take (isolated)."),
     ) -> None:
         """Train flash vs baseline, a different init seed, and low precision per seed; compare the weights.
 
         Re-running with the same flags and --out reuses every finished run (resume after an interruption)."""
-        from attnum.outdir import check_out_folder
+        from attnum.store.outdir import check_out_folder
 
         check_out_folder(out)  # an existing file as --out: one line, before any training
         if checkpoints:
@@ -100,13 +100,13 @@ def register(app: typer.Typer) -> None:
 
 @contextlib.contextmanager
 def one_writer(out: Path) -> Iterator[None]:
-    """Create ``out`` and hold its one-writer lock (``attnum.store_lock``) while the block runs: a second
+    """Create ``out`` and hold its one-writer lock (``attnum.store.lock``) while the block runs: a second
     ``diverge`` on the same folder is refused in one line naming the first, as a second sweep is.
 
     A command rejected inside the block (bad input, exit 2) leaves nothing behind: the lock file is
     removed on release, and the folder too when this call created it and it is still empty."""
-    from attnum.outdir import make_out_folder
-    from attnum.store_lock import FolderLock
+    from attnum.store.lock import FolderLock
+    from attnum.store.outdir import make_out_folder
 
     created = not out.exists()
     lock = FolderLock(make_out_folder(out))
@@ -127,7 +127,7 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
         values = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
         raise AttnumInputError(f"{name}={text!r} is not allowed; expected comma-separated integers") from None
-    from attnum.cli.conventions import check_number
+    from attnum.console.conventions import check_number
 
     check_number(f"--{name}", "seed", values)  # each is an init seed
     return values

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnum.console.progress import Activity
 from attnum.errors import AttnumInputError
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.store.jsonout import dumps
 
 
 def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int | None, seeds: tuple[int, ...],

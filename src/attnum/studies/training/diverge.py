@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from attnum.errors import AttnumInputError, bad_value
-from attnum.jsonout import dumps
 from attnum.kernels.registry import require, runs_user_code
-from attnum.outfile import write_atomic
+from attnum.store.jsonout import dumps
+from attnum.store.outfile import write_atomic
 from attnum.studies.training.checkpoints import checkpoint_name, load_state
 from attnum.studies.training.divergence import weight_divergence
 from attnum.studies.training.headline import COMPARISONS, headline, summarise
@@ -59,7 +59,7 @@ class DivergeConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     data_seed: int = 0
     out: Path = Path("runs/diverge")
-    # A user's attention (file.py:fn, module:fn) runs in a kernel server (attnum.kernel_server);
+    # A user's attention (file.py:fn, module:fn) runs in a kernel server (attnum.sandbox.server);
     # False runs it in this process, trusting it. ``timeout``: seconds one of its calls may take.
     isolate: bool = True
     timeout: float = 300.0

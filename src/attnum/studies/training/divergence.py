@@ -3,7 +3,7 @@
 - max_abs: max |a - b| (the paper's upper bound), computed in float64 so the subtraction is exact
   for float32 weights;
 - w1: the 1-D Wasserstein-1 distance between the empirical distributions of the flattened
-  weights (``attnum.metrics.wasserstein_distance``: sort, then mean |sort(a) - sort(b)| in float64).
+  weights (``attnum.numerics.metrics.wasserstein_distance``: sort, then mean |sort(a) - sort(b)| in float64).
 
 "Global" figures: ``max_abs`` is the max over tensors; ``w1`` is W1 between the concatenations of
 all compared tensors (one distribution of every weight), which is *not* the mean of per-tensor W1s;
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnum.metrics import wasserstein_distance
-from attnum.nanmath import nan_max
+from attnum.numerics.metrics import wasserstein_distance
+from attnum.numerics.nanmath import nan_max
 
 
 @dataclass(frozen=True, kw_only=True)

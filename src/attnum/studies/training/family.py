@@ -3,6 +3,6 @@ writes its own folder and report (:mod:`.cli`, :mod:`.report`)."""
 
 from __future__ import annotations
 
-from attnum.studies.registry import Family
+from attnum.sweep.registry import Family
 
 FAMILY = Family(name="training")

@@ -6,7 +6,7 @@ data order, noise and timesteps are a function of ``data_seed`` and the step alo
 the same global batch; rank 0 writes the checkpoints and the log.
 
 A user's attention (``file.py:fn``, ``module:fn``, ``triton-interpret:...``) runs in a kernel server
-(:mod:`attnum.kernel_server`) unless ``isolate=False``: the training loop, the optimizer and the
+(:mod:`attnum.sandbox.server`) unless ``isolate=False``: the training loop, the optimizer and the
 checkpoints stay in this process and each attention call (forward, and backward through the server's
 own autograd) is one request. A server that dies, hangs past ``timeout`` s in one call, raises, or
 returns an output of the wrong shape or dtype ends the run with :class:`AttentionFailed` (the CLI
@@ -27,10 +27,10 @@ import torch
 import torch.distributed as dist
 
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import torch_dtype
-from attnum.jsonout import dumps
-from attnum.kernel_wire import WrongOutput
 from attnum.kernels.registry import require, runs_user_code
+from attnum.numerics.formats import torch_dtype
+from attnum.sandbox.wire import WrongOutput
+from attnum.store.jsonout import dumps
 from attnum.studies.training.checkpoints import checkpoint_name, save_checkpoint
 from attnum.workloads.data import shard
 from attnum.workloads.models import set_attention
@@ -116,8 +116,8 @@ def attention_fn(spec: str, device: str, *, block_q=None, block_k=None, threads:
     if not (isolate and runs_user_code(spec)):
         yield require(spec, device, block_q=block_q, block_k=block_k, param=param).fn
         return
-    from attnum.kernel_remote import RemoteTarget
-    from attnum.kernel_server import KernelServer, TargetGone
+    from attnum.sandbox.remote import RemoteTarget
+    from attnum.sandbox.server import KernelServer, TargetGone
 
     with KernelServer("attention", spec, device=device, timeout=timeout, threads=threads or torch.get_num_threads(),
                       block_q=block_q, block_k=block_k) as server:
@@ -148,7 +148,7 @@ def train(cfg: RunConfig, out_dir: Path, *, isolate: bool = True, timeout: float
     before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    from attnum.kernel_server import RemoteError, TargetGone
+    from attnum.sandbox.server import RemoteError, TargetGone
 
     try:
         with attention_fn(cfg.attention, cfg.device, block_q=cfg.block_q, block_k=cfg.block_k,

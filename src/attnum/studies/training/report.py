@@ -13,7 +13,7 @@ import math
 import statistics
 from pathlib import Path
 
-from attnum.outfile import save_figure, write_atomic
+from attnum.store.outfile import save_figure, write_atomic
 from attnum.studies.training.headline import COMPARISONS, METRICS, PROXIES
 
 _COLORS = {"flash": "tab:red", "seed": "tab:blue", "lowprec": "tab:green", "baseline": "black"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from attnum.cli.conventions import check_number
+from attnum.console.conventions import check_number
+from attnum.console.progress import Activity
 from attnum.errors import bad_value
-from attnum.jsonout import dumps
-from attnum.report.progress import Activity
+from attnum.store.jsonout import dumps
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(dumps(rows, indent=2))
             return
-        from attnum.tables import print_table
+        from attnum.console.tables import print_table
 
         print_table(("format", "N", "KV tiles", "max ULP", "mean ULP", "identical", "emu vs golden",
                      "kernel vs golden"),
@@ -68,7 +68,7 @@ def _validate_eager(formats: str, seq_lens: str, heads: int, head_dim: int, caus
     if as_json:
         print(dumps(rows, indent=2))
         return
-    from attnum.tables import print_table
+    from attnum.console.tables import print_table
 
     print_table(("format", "N", "max ULP", "mean ULP", "identical", "uniform identical", "fa2 identical",
                  "emu vs golden", "eager vs golden"),

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from attnum.studies.registry import Family
+from attnum.sweep.registry import Family
 
 FAMILY = Family(name="validation")

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from attnum.attention import flash_attention, golden_attention
 from attnum.errors import AttnumInputError, bad_value
-from attnum.formats import get_format, torch_dtype
-from attnum.inputs import InputSpec, make_qkv
 from attnum.kernels import get_kernel
-from attnum.metrics import deviation
-from attnum.policy import torch_cpu
+from attnum.numerics.formats import get_format, torch_dtype
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import torch_cpu
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 CPU_KV_SPLIT = 512
 # The formats the torch-cpu policy models the CPU flash kernel for (it computes in fp32).
@@ -79,7 +79,7 @@ def validate_point(fmt: str, N: int, cfg: ValidateConfig) -> dict:
 
 
 def run_validate(cfg: ValidateConfig) -> list[dict]:
-    from attnum.memory_budget import require_validate
+    from attnum.sweep.memory_budget import require_validate
 
     require_validate(cfg)
     return [validate_point(fmt, N, cfg) for fmt in cfg.formats for N in cfg.seq_lens]

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from attnum.attention import baseline_attention, golden_attention
 from attnum.attention.eager import eager_attention
 from attnum.errors import bad_value
-from attnum.formats import get_format, torch_dtype
-from attnum.inputs import InputSpec, make_qkv
-from attnum.metrics import deviation
-from attnum.policy import parse_policy
-from attnum.rounding import round_to
+from attnum.numerics.formats import get_format, torch_dtype
+from attnum.numerics.metrics import deviation
+from attnum.numerics.policy import parse_policy
+from attnum.numerics.rounding import round_to
+from attnum.workloads.inputs import InputSpec, make_qkv
 
 FORMATS = ("bf16", "fp16", "fp32")
 CONTRAST = ("uniform", "fa2")
@@ -71,7 +71,7 @@ def validate_eager_point(fmt: str, N: int, cfg: EagerValidateConfig) -> dict:
 
 
 def run_validate_eager(cfg: EagerValidateConfig) -> list[dict]:
-    from attnum.memory_budget import require_validate
+    from attnum.sweep.memory_budget import require_validate
 
     require_validate(cfg, eager=True)
     return [validate_eager_point(fmt, N, cfg) for fmt in cfg.formats for N in cfg.seq_lens]
