@@ -22,7 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnum.audit import scan_context as sc
 from attnum.audit import scan_lex as lex
+from attnum.audit import scan_names as sn
 from attnum.audit import scan_rules as sr
 from attnum.audit.scan_files import (  # noqa: F401 - re-exported: the scanner's public surface is this module
     C_SUFFIXES,
@@ -108,7 +110,7 @@ def scan_text(text: str, path: str, *, python: bool) -> list[Finding]:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     raw = text.split("\n")  # the one line index of this file: snippets and line numbers both come from it
     lines = lex.code_lines(text, python)
-    names = sr.sentinel_names(lines, python)
+    names = sn.sentinel_names(lines, python)
     hits: list[set[str]] = [set() for _ in lines]
     masking, lse, b2, be = (bytearray(len(lines)) for _ in range(4))
     for i, line in enumerate(lines):
@@ -119,21 +121,21 @@ def scan_text(text: str, path: str, *, python: bool) -> list[Finding]:
         if (lex.BIGISH.search(line) or "finfo" in line or "_MAX" in line or "numeric_limits" in line
                 or "HUGE_VAL" in line or "CUDART_INF" in line or (t and not names.keys().isdisjoint(t))):
             t = t or lex.tokens(line)
-            atoms = sr.finfo_atoms(t)
-            fin = sr.finfo_exprs(t, atoms)
+            atoms = sn.finfo_atoms(t)
+            fin = sn.finfo_exprs(t, atoms)
             sent = sr.sentinels(t, names, fin)
             hits[i] |= sr.sentinel_hits(t, sent, fin, {k for k, _, kind in atoms if kind == "min"}, python)
         if "mask" in line or "inf" in line or "INFINITY" in line:
             t = t or lex.tokens(line)
-            masking[i] = sr.masking(t)
-        if "tanh" in line and sr.softcap(t or lex.tokens(line)):
+            masking[i] = sc.masking(t)
+        if "tanh" in line and sc.softcap(t or lex.tokens(line)):
             hits[i].add("softcap-after-mask")  # kept only if a mask precedes (below)
         if "lse" in line or "LSE" in line or "logsumexp" in line or "log_sum_exp" in line:
-            lse[i] = sr.lse(t or lex.tokens(line))
+            lse[i] = sc.lse(t or lex.tokens(line))
         if "exp2" in line or "log2" in line or "ex2" in line or "lg2" in line or "LOG2E" in line:
-            b2[i] = sr.base2(t or lex.tokens(line))
+            b2[i] = sc.base2(t or lex.tokens(line))
         if "exp" in line or "log" in line:
-            be[i] = sr.base_e(t or lex.tokens(line))
+            be[i] = sc.base_e(t or lex.tokens(line))
     mask_before, b2_sum, be_sum = _prefix(masking), _prefix(b2), _prefix(be)
     findings: list[Finding] = []
     n = len(lines)
