@@ -2,16 +2,9 @@
 
 import pytest
 
-from attnum.attention.cost import (
-    DEVICES,
-    CostConfig,
-    Device,
-    attention_cost,
-    compare_costs,
-    measure_cpu,
-    pairs,
-    summary,
-)
+from attnum.attention.cost import DEVICES, CostConfig, Device, attention_cost, pairs
+
+from attnum.attention.cost_devices import compare_costs, measure_cpu, summary
 from attnum.errors import AttnumInputError
 
 

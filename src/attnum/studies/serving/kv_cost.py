@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnum.attention import flash_attention, golden_attention
-from attnum.attention.cost import CostConfig, compare_costs
+from attnum.attention.cost import CostConfig
+from attnum.attention.cost_devices import compare_costs
 from attnum.attention.quant import Quantization, quantize_kv_cache
 from attnum.numerics.metrics import deviation
 from attnum.workloads.inputs import InputSpec, make_qkv
