@@ -798,7 +798,7 @@ for fn in (g, b, f):
         fn(torch.randn(1, 1, 4, 0), torch.randn(1, 1, 5, 0), v); bad.append("d=0 accepted")
     except AttnumInputError:
         pass
-with attnum.integrations.shadow(candidate="baseline:uniform:bf16", reference="golden"):
+with attnum.shadow(candidate="baseline:uniform:bf16", reference="golden"):
     F.scaled_dot_product_attention(torch.randn(1, 1, 0, 8), k, v)
 print(bad)
 """

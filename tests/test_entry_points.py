@@ -66,7 +66,7 @@ def test_forward_entry_points_round_inputs_once(policy, fmt):
         out = require(name).fn(q, k, v)
         assert out.dtype == torch.float64 and torch.equal(out, want), name
     # shadow: the model continues with the candidate's output
-    with attnum.integrations.shadow(candidate=f"flash:{policy}", reference="golden"):
+    with attnum.shadow(candidate=f"flash:{policy}", reference="golden"):
         out = F.scaled_dot_product_attention(q, k, v)
     assert torch.equal(out, want)
 

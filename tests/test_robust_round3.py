@@ -405,6 +405,6 @@ def test_no_queries_inside_a_model_under_shadow():
 
     q, k, v = torch.randn(1, 2, 0, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
     for candidate in ("torch-sdpa", "baseline:uniform:bf16", "flash:fa2:bf16"):
-        with attnum.integrations.shadow(candidate=candidate, reference="golden") as rec:
+        with attnum.shadow(candidate=candidate, reference="golden") as rec:
             out = F.scaled_dot_product_attention(q, k, v)
         assert out.shape == (1, 2, 0, 8) and len(rec.records) == 1

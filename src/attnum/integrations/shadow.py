@@ -1,6 +1,6 @@
 """In-model comparison (the paper's Stage 1b): run two attentions on every real attention call.
 
-    with attnum.integrations.shadow(candidate="flash:fa2:bf16", reference="golden", model=model) as rec:
+    with attnum.shadow(candidate="flash:fa2:bf16", reference="golden", model=model) as rec:
         loss = model(batch).loss
         loss.backward()
         rec.next_step()
@@ -213,11 +213,11 @@ def shadow(candidate: Any = "torch-sdpa", reference: Any = "golden", *, propagat
 
 
 class _CallableModule(types.ModuleType):
-    """``attnum.integrations.shadow`` is both this module and its context manager.
+    """``attnum.integrations.shadow`` (exported as ``attnum.shadow``) is both this module and its context manager.
 
     The package root exports ``shadow`` lazily (so ``import attnum`` does not load torch); once any
     code imports this submodule, Python binds ``attnum.integrations.shadow`` to the module, not the function.
-    Calling the module calls :func:`shadow`, so ``with attnum.integrations.shadow(...)`` means the same thing
+    Calling the module calls :func:`shadow`, so ``with attnum.shadow(...)`` means the same thing
     whichever import ran first."""
 
     def __call__(self, *args: Any, **kwargs: Any):
