@@ -273,6 +273,19 @@ def test_input_errors_name_what_is_allowed(kwargs, words):
     assert "\n" not in msg and all(w in msg for w in words), msg
 
 
+def test_plain_reference_when_jit_is_off_and_tensors_as_users_hand_them(monkeypatch):
+    """ATTNUM_JIT=0 runs the reference (same bits); inputs that require grad, are non-contiguous, or are
+    empty go through."""
+    gen = torch.Generator().manual_seed(11)
+    a = _scaled(torch.float32, 8 * 24, gen, -3, 3).view(24, 8).T.requires_grad_()  # (8, 24), transposed view
+    b = _scaled(torch.float32, 24 * 6, gen, -3, 3).view(24, 6)
+    c = torch.randn(8, 6, dtype=torch.float64, requires_grad=True)
+    fast = mma.matmul(a, b, c, arch="sm80")
+    monkeypatch.setenv("ATTNUM_JIT", "0")
+    assert _mismatch(fast, mma.matmul(a, b, c, arch="sm80")) == 0
+    assert mma.matmul(a[:0], b, arch="sm80").shape == (0, 6)
+
+
 def test_mixed_and_shape_errors():
     a = torch.ones(2, 16, dtype=torch.float16)
     with pytest.raises(AttnumInputError, match="b.dtype"):

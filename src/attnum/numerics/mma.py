@@ -39,6 +39,7 @@ runs the compiled kernels of :mod:`attnum.numerics.mma_kernels` (or the referenc
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -73,6 +74,7 @@ def _binade(x: torch.Tensor, emin: int) -> torch.Tensor:
 def _operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """An operand's exact values (float64) and exponents (int64). float32 is read as TF32: the low 13
     mantissa bits are dropped (toward zero), as the tensor core reads an fp32 register."""
+    x = x.detach()
     if x.dtype == torch.float32:
         x = (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
     v = x.to(torch.float64)
@@ -120,7 +122,7 @@ def _prepare(a, b, c, arch, out_format):
             raise AttnumInputError(f"c={type(c).__name__} is not allowed; expected None or a float torch.Tensor")
         try:
             batch = torch.broadcast_shapes(batch, c.shape[:-2]) if c.dim() >= 2 else batch
-            cb = c.broadcast_to((*batch, M, N))
+            cb = c.detach().broadcast_to((*batch, M, N))
         except RuntimeError:
             raise AttnumInputError(f"c.shape={tuple(c.shape)} is not allowed; expected broadcastable to "
                                    f"{(*batch, M, N)}") from None
@@ -133,9 +135,10 @@ def _prepare(a, b, c, arch, out_format):
         av, ea = (torch.nn.functional.pad(x, (0, pad)) for x in (av, ea))
         bv, eb = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (bv, eb))
     shape_a, shape_b = (*batch, M, K + pad), (*batch, K + pad, N)
-    flat = [x.broadcast_to(s).reshape(-1, *s[-2:]).contiguous() for x, s in
+    nb = math.prod(batch)
+    flat = [x.broadcast_to(s).reshape(nb, *s[-2:]).contiguous() for x, s in
             ((av, shape_a), (ea, shape_a), (bv, shape_b), (eb, shape_b))]
-    return inst, batch, *flat, c64.reshape(-1, M, N).contiguous()
+    return inst, batch, *flat, c64.reshape(nb, M, N).contiguous()
 
 
 @contextlib.contextmanager
