@@ -66,7 +66,7 @@ class Arch:
     name: str
     aliases: tuple[str, ...]
     vendor_name: str  # MMA-Sim's name for it
-    instructions: dict[str, Instruction] = field(default_factory=dict)
+    instructions: dict[str, Instruction] = field(default_factory=dict, hash=False)  # the name identifies it
     note: str = ""  # added to the error for an operand type it lacks
 
     def __post_init__(self) -> None:
