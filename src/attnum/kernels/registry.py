@@ -148,11 +148,12 @@ def _adapter(mod) -> Kernel:
 def _serving_triton(mod, target: serving.ServingTarget, doc: str, *, triton: bool = True) -> Kernel:
     """A third-party Triton serving kernel (attnum.kernels.sglang_triton / vllm_triton / flashinfer_triton): CPU
     through the interpreter, CUDA natively; its code from the installed package or the fetched wheel.
-    ``triton=False``: plain PyTorch from a fetched wheel (ring-flash-attn's merge), run as is."""
+    ``triton=False``: plain PyTorch from a fetched wheel (ring-flash-attn's merge), run as is. All are audit
+    targets (``interpreted``): a sweep's "all" leaves them out (a merge has no SDPA entry point anyway)."""
     declared = serving.empty_rows_of(target, "sdpa")
     return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
                   causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
-                  empty_rows=declared, interpreted=triton, triton=triton,
+                  empty_rows=declared, interpreted=True, triton=triton,
                   requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
 
 
