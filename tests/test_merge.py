@@ -125,7 +125,7 @@ def test_empty_merged_with_a_state_gives_that_state_bit_for_bit(method, base, po
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("base", ["e", 2])
-@pytest.mark.parametrize("empty_lse", [-INF, INF])
+@pytest.mark.parametrize("empty_lse", [-INF, INF, -5e4])
 def test_empty_merged_with_empty_is_zero_and_the_empty_lse_never_nan(method, base, empty_lse):
     for n in (1, 2, 3, 5):
         for combo in itertools.product(list(_empty_cases(empty_lse)), repeat=min(n, 2)):
@@ -144,6 +144,21 @@ def test_plus_inf_convention_is_declared_not_assumed(method):
     assert bits_equal(ok.o, s.o) and bits_equal(ok.lse, s.lse)
     wrong = merge_state(fa2_empty, s, policy="fp64", method=method)  # +inf read as infinite mass
     assert not bool(torch.isfinite(wrong.o).all()) or not bool(torch.isfinite(wrong.lse).all())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_finite_sentinel_marks_empty_at_or_below_it_and_only_there(method):
+    """FlashInfer's old -5e4: a state at or below the sentinel is empty (its O never read), one just
+    above it is live and merges exactly; an all-empty merge writes the sentinel."""
+    s = State(torch.tensor([[1.0, -2.0]], dtype=torch.float64), torch.tensor([-49999.0], dtype=torch.float64))
+    for below in (-5e4, -6e4, -INF):
+        e = State(torch.full((1, 2), math.nan, dtype=torch.float64), torch.tensor([below], dtype=torch.float64))
+        got = merge_state(e, s, policy="fp64", lse_base=2, empty_lse=-5e4, method=method)
+        assert bits_equal(got.o, s.o) and bits_equal(got.lse, s.lse), (below, got)
+    live = State(torch.tensor([[3.0, 0.0]], dtype=torch.float64), torch.tensor([-49999.0], dtype=torch.float64))
+    both = merge_state(live, s, policy="fp64", lse_base=2, empty_lse=-5e4, method=method)
+    assert torch.allclose(both.o, torch.tensor([[2.0, -1.0]], dtype=torch.float64), rtol=0, atol=1e-12)
+    assert float(both.lse) == -49998.0
 
 
 def test_base_two_merge_is_the_natural_merge_in_other_units():
@@ -168,7 +183,8 @@ def test_merge_takes_fp32_and_bf16_tensors_straight_in():
 
 @pytest.mark.parametrize("kw,param", [
     ({"lse_base": 10}, "lse_base=10"), ({"lse_base": "2.718"}, "lse_base='2.718'"),
-    ({"empty_lse": 0.0}, "empty_lse=0.0"), ({"method": "tree"}, "method='tree'"),
+    ({"empty_lse": 0.0}, "empty_lse=0.0"), ({"empty_lse": -999.0}, "empty_lse=-999.0"),
+    ({"method": "tree"}, "method='tree'"),
 ])
 def test_bad_arguments_are_one_line_input_errors(kw, param):
     s = State(torch.zeros(1, 2), torch.zeros(1))

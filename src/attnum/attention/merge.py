@@ -23,7 +23,10 @@ after PR #4401, FA3, FA2's split partials and FlashMLA's kernels. ``empty_lse=+i
 forward (``softmax.h``: ``Split ? -INFINITY : INFINITY``) and FlashMLA's test references: under it an
 input LSE of +inf marks an empty state (mapped to -inf on load, as vLLM's ``merge_attn_states`` does)
 and an empty result is written as +inf. Mixing them is a bug: a +inf LSE merged under the -inf
-convention means "infinite mass" and poisons the merge with NaN (flash-attention#978).
+convention means "infinite mass" and poisons the merge with NaN (flash-attention#978). A finite
+*sentinel* (``empty_lse`` <= :data:`SENTINEL_MAX`, e.g. FlashInfer's -5e4 before PR #4401, which the
+Triton ``merge_states`` of flashinfer 0.7.2 still starts from): an input LSE at or below it marks an
+empty state (mapped to -inf on load) and an empty result is written as the sentinel.
 
 Rounding sites of the merge (its own :class:`attnum.numerics.policy.Policy`, default ``fp32``: every kernel
 merges in fp32):
@@ -63,6 +66,7 @@ from attnum.numerics.rounding import round_to
 LSE_BASES = ("e", 2)
 METHODS = ("ratio", "lse", "online")
 EMPTY_LSE = (-math.inf, math.inf)
+SENTINEL_MAX = -1000.0  # a finite empty-state sentinel lies at or below this (FlashInfer's was -5e4)
 LOG2E = 1.0 / math.log(2.0)  # log2(e): natural LSE -> base 2 (FlashInfer's "x ln2" the other way)
 NEG_INF = -math.inf
 
@@ -84,14 +88,14 @@ def parse_lse_base(base: object) -> str | int:
 
 
 def empty_convention(empty_lse: float) -> float:
-    """-inf or +inf, the LSE an empty state carries (see the module docstring)."""
+    """-inf, +inf or a finite sentinel <= SENTINEL_MAX: the LSE an empty state carries (module docstring)."""
     try:
         v = float(empty_lse)
     except (TypeError, ValueError):
         v = math.nan
-    if v not in EMPTY_LSE:
-        raise bad_value("empty_lse", empty_lse, "-inf (FlashInfer, FA3, FA2 split partials) or +inf "
-                        "(FA2's non-split forward)")
+    if v not in EMPTY_LSE and not (math.isfinite(v) and v <= SENTINEL_MAX):
+        raise bad_value("empty_lse", empty_lse, "-inf (FlashInfer, FA3, FA2 split partials), +inf "
+                        f"(FA2's non-split forward) or a finite sentinel <= {SENTINEL_MAX:g} (FlashInfer's old -5e4)")
     return v
 
 
@@ -142,6 +146,8 @@ def _load(states: Sequence, policy: Policy, empty_lse: float) -> tuple[torch.Ten
     o_n, lse_n = torch.stack(os_), torch.stack(ls_)
     if empty_lse == math.inf:
         lse_n = lse_n.masked_fill(lse_n == math.inf, NEG_INF)  # vLLM: +-inf LSE -> -inf (empty)
+    elif math.isfinite(empty_lse):  # a sentinel: at or below it is empty
+        lse_n = lse_n.masked_fill(lse_n <= empty_lse, NEG_INF)
     return o_n, lse_n
 
 
@@ -165,8 +171,8 @@ def merge_states(states: Sequence, *, policy: str | Policy = "fp32", lse_base: o
     """Merge n states (each ``(o (..., dv), lse (...))``) in the order given -> ``State`` in the carrier.
 
     ``policy``: the merge's rounding sites (module docstring), default fp32 as every kernel merges;
-    ``lse_base``: ``"e"`` or 2, the base of every input LSE and of the result; ``empty_lse``: -inf or
-    +inf, the empty-state convention; ``method``: ``ratio``, ``lse`` or ``online``.
+    ``lse_base``: ``"e"`` or 2, the base of every input LSE and of the result; ``empty_lse``: -inf,
+    +inf or a finite sentinel, the empty-state convention; ``method``: ``ratio``, ``lse`` or ``online``.
     """
     policy = parse_policy(policy)
     base = parse_lse_base(lse_base)

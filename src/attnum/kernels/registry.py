@@ -34,10 +34,12 @@ from attnum.kernels import (
     flashinfer,
     flashinfer_decode,
     flashinfer_merge,
+    flashinfer_triton,
     flex,
     pallas_mha,
     pallas_tpu_flash,
     reference,
+    ring_flash_attn_merge,
     sage_triton,
     serving,
     sglang_triton,
@@ -143,13 +145,15 @@ def _adapter(mod) -> Kernel:
                   interpreted=getattr(mod, "INTERPRETED", False))
 
 
-def _serving_triton(mod, target: serving.ServingTarget, doc: str) -> Kernel:
-    """A third-party Triton serving kernel (attnum.kernels.sglang_triton / vllm_triton): CPU through the
-    interpreter, CUDA natively; its code from the installed package or the fetched wheel."""
+def _serving_triton(mod, target: serving.ServingTarget, doc: str, *, triton: bool = True) -> Kernel:
+    """A third-party Triton serving kernel (attnum.kernels.sglang_triton / vllm_triton / flashinfer_triton): CPU
+    through the interpreter, CUDA natively; its code from the installed package or the fetched wheel.
+    ``triton=False``: plain PyTorch from a fetched wheel (ring-flash-attn's merge), run as is. All are audit
+    targets (``interpreted``): a sweep's "all" leaves them out (a merge has no SDPA entry point anyway)."""
     declared = serving.empty_rows_of(target, "sdpa")
     return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
                   causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
-                  empty_rows=declared, interpreted=True, triton=True,
+                  empty_rows=declared, interpreted=True, triton=triton,
                   requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
 
 
@@ -173,7 +177,13 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         (vllm_prefix_prefill, vllm_prefix_prefill.PREFIX_PREFILL,
          "vLLM prefix_prefill context_attention_fwd (Triton; prefill over a paged prefix, as SDPA and decode)"),
         (sglang_triton, sglang_triton.CONTEXT, "SGLang context_attention_fwd (Triton; prefill, N = S, as SDPA)"),
-        (sage_triton, sage_triton.TARGET, "SageAttention 1.0.6 sageattn (Triton; INT8 Q K, fp16 P V; as SDPA)"))),
+        (sage_triton, sage_triton.TARGET, "SageAttention 1.0.6 sageattn (Triton; INT8 Q K, fp16 P V; as SDPA)"),
+        (flashinfer_triton, flashinfer_triton.MERGE, "FlashInfer 0.7.2 triton merge_state (two states, LSE base 2)"),
+        (flashinfer_triton, flashinfer_triton.MERGE_N, "FlashInfer 0.7.2 triton merge_states (n states, base 2)"),
+        (flashinfer_triton, flashinfer_triton.MERGE_VARLEN,
+         "FlashInfer 0.7.2 triton variable_length_merge_states (indptr, base 2)"))),
+    _serving_triton(ring_flash_attn_merge, ring_flash_attn_merge.MERGE,
+                    "ring-flash-attn 0.1.8 update_out_and_lse (PyTorch sigmoid merge, natural log)", triton=False),
 )}
 
 

@@ -9,6 +9,9 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
   enable_gqa=False)``: SDPA, or ``NotImplementedError`` for a kernel that is no attention (a merge);
 - ``merge_state(o_a, lse_a, o_b, lse_b) -> (o, lse)``: FlashInfer's ``merge_state`` layout, o (T, H, dv)
   in the audited dtype, lse (T, H) float32, in base ``lse_base``;
+- ``merge_states(o_n, lse_n) -> (o, lse)``: the merge of n states in the order given, o_n (n, T, H, dv) in the
+  audited dtype, lse_n (n, T, H) float32 (FlashInfer's ``merge_states``, a ring's chain of per-block updates);
+  the chain probe uses it where present, else chains ``merge_state``;
 - ``decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
   is_causal=True, scale=None, return_lse=False) -> o | (o, lse)``: q (B, H, N, d) and o (B, H, N, dv) in
   attnum's layout; without ``block_table`` the cache is (B, G, S, d), with it a page pool
@@ -17,8 +20,9 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
   a caller that leaves ``num_splits`` out asks for the kernel's own split choice (its heuristic);
 - ``attnum_batch_invariant`` (optional, on the target or its ``decode``): True when the target claims a
   request's decode output does not depend on the rest of the batch (the decode-batch-invariance probe);
-- ``lse_base``: ``"e"`` or 2; ``empty_lse``: the LSE the target uses for a state with no key (-inf, or
-  +inf as FA2's non-split forward).
+- ``lse_base``: ``"e"`` or 2; ``empty_lse``: the LSE the target uses for a state with no key (-inf, +inf as
+  FA2's non-split forward, or a finite sentinel <= -1000 such as FlashInfer's old -5e4: an LSE at or below it
+  is empty). The merge probes write empty states in the declared base and convention.
 
 Declared attributes (plain Python values; an adapter needs no attnum import -- a class whose attributes
 and static methods say all this is a target, see :func:`declared_target` and docs/audit.md, "The serving
@@ -57,7 +61,7 @@ from attnum.errors import bad_value
 from attnum.kernels import conventions as _conv
 
 NEG_INF = -math.inf
-ENTRIES = ("sdpa", "decode", "merge_state")
+ENTRIES = ("sdpa", "decode", "merge_state", "merge_states")
 SPLIT_RULES = ("fixed-splits", "fixed-size", "power-of-two")
 KV_CACHE_DTYPES = ("e4m3fn", "e5m2")
 DECLARED = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
@@ -95,7 +99,7 @@ def declared_target(obj, name: str) -> ServingTarget:
     methods) and the :data:`DECLARED` values. Nothing in ``obj`` needs attnum."""
     entries = {e: getattr(obj, e, None) for e in ENTRIES}
     if not any(callable(f) for f in entries.values()):
-        raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state")
+        raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state, merge_states")
     kw = {a: getattr(obj, a) for a in DECLARED if getattr(obj, a, None) is not None}
     return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw)
 
@@ -119,7 +123,8 @@ class ServingTarget:
     """An audit target with optional ``merge_state`` and ``decode`` entry points (module docstring)."""
 
     def __init__(self, name: str, *, sdpa: Callable | None = None, merge_state: Callable | None = None,
-                 decode: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
+                 decode: Callable | None = None,
+                 merge_states: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
                  causal_alignment: str | None = None, empty_rows: str | dict | None = None,
                  kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
                  split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
@@ -132,6 +137,8 @@ class ServingTarget:
             self.merge_state = merge_state
         if decode is not None:
             self.decode = decode
+        if merge_states is not None:
+            self.merge_states = merge_states
         self.lse_base = parse_lse_base(lse_base)
         self.empty_lse = empty_convention(empty_lse)
         self.empty_rows = _empty_rows(empty_rows, name)
@@ -163,7 +170,7 @@ class ServingTarget:
                           scale=scale, enable_gqa=enable_gqa)
 
     def __repr__(self) -> str:
-        parts = [p for p in ("merge_state", "decode") if hasattr(self, p)]
+        parts = [p for p in ("merge_state", "merge_states", "decode") if hasattr(self, p)]
         return f"ServingTarget({self.name!r}, {'+'.join(['sdpa'] * (self._sdpa is not None) + parts)})"
 
 
@@ -211,9 +218,9 @@ def reference(policy: str) -> ServingTarget:
 
 
 def entry(target, name: str) -> Callable | None:
-    """The target's ``merge_state`` or ``decode`` entry point, or None."""
-    if name not in ("merge_state", "decode"):
-        raise bad_value("entry", name, "'merge_state' or 'decode'")
+    """The target's ``merge_state``, ``merge_states`` or ``decode`` entry point, or None."""
+    if name not in ("merge_state", "merge_states", "decode"):
+        raise bad_value("entry", name, "'merge_state', 'merge_states' or 'decode'")
     fn = getattr(target, name, None)
     return fn if callable(fn) else None
 

@@ -186,7 +186,7 @@ def serving_under(target, numerics: str = "faithful"):
 
     if getattr(t, "_sdpa", None) is not None:
         t._sdpa = prepared(t._sdpa, f"{t.name} (sdpa)")
-    for e in ("decode", "merge_state"):
+    for e in ("decode", "merge_state", "merge_states"):
         if callable(getattr(t, e, None)):
             setattr(t, e, prepared(getattr(t, e), f"{t.name} ({e})"))
     t.attnum_numerics = label(numerics)

@@ -1,6 +1,7 @@
 """Third-party Triton kernels, from the installed package or from its wheel in a user cache.
 
-SGLang's, vLLM's and SageAttention 1's Triton attention kernels are plain Python files inside their wheels. attnum runs
+SGLang's, vLLM's and SageAttention 1's Triton attention kernels, FlashInfer's Triton merges and
+ring-flash-attn's merge are plain Python files inside their wheels. attnum runs
 them from the installed package when there is one; otherwise ``attnum kernels fetch sglang|vllm``
 (or ``sageattention``) downloads the pinned wheel once, without dependencies (``pip download --no-deps``), into
 ``$ATTNUM_CACHE`` (default ``~/.cache/attnum``) and extracts only the kernel files it needs; later runs,
@@ -8,13 +9,17 @@ CI included, reuse them. Nothing of theirs is committed here.
 
 A kernel file is imported by path under its own module name, with small stand-ins for the heavy modules
 it imports (``vllm.platforms``: an NVIDIA sm90 platform; ``vllm.envs``; ``vllm.logger``;
-``sglang.srt.utils``: ``is_hip() = False``, ``is_cuda()`` = whether CUDA is present) -- the stand-ins are
-installed only when the real package is absent. With ``TRITON_INTERPRET=1`` (CPU) the kernels run in
-Triton's interpreter; see :mod:`attnum.kernels.triton_faithful` for its arithmetic.
+``sglang.srt.utils``: ``is_hip() = False``, ``is_cuda()`` = whether CUDA is present; ``flashinfer.utils``:
+``get_compute_capability`` = (9, 0) for the host wrappers' sm90 check, and ``flashinfer.triton.utils.check_input``
+without its ``is_cuda`` assertion on CPU, its contiguity check kept) -- the stand-ins are installed only when the
+real package is absent. Package ``__init__`` files are never run (flashinfer's imports its JIT and CUDA
+extensions, ring_flash_attn's imports flash_attn): only the listed files load. With ``TRITON_INTERPRET=1``
+(CPU) the kernels run in Triton's interpreter; see :mod:`attnum.kernels.triton_faithful` for its arithmetic.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import logging
@@ -28,9 +33,22 @@ from pathlib import Path
 
 from attnum.errors import AttnumEnvironmentError, bad_value
 
-PINS = {"sglang": "0.5.3", "vllm": "0.33.0", "sageattention": "1.0.6"}
+PINS = {"sglang": "0.5.3", "vllm": "0.33.0", "sageattention": "1.0.6", "flashinfer": "0.7.2.post1",
+        "ring-flash-attn": "0.1.8"}
 """The versions attnum fetches (sglang 0.5.3, vllm 0.33.0 and sageattention 1.0.6: the ones the verdicts in
 docs/audit.md and docs/lowbit.md were measured on)."""
+
+DISTS = {"flashinfer": "flashinfer-python"}
+"""The PyPI name where it is not the package's own (``attnum kernels fetch flashinfer`` gets flashinfer-python)."""
+
+IMPORTS = {"ring-flash-attn": "ring_flash_attn"}
+"""The import name where it is not the package's own."""
+
+SHA256 = {
+    "flashinfer": "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49",
+    "ring-flash-attn": "296c929516c3b21f7bcdaeca44a99bb541779a7b63979eb0f67837dcb18a2bb9",
+}
+"""sha256 of the pinned wheels (py3-none-any: one file per version), checked before extraction."""
 
 FILES = {
     "sglang": ("sglang/srt/layers/attention/triton_ops/decode_attention.py",
@@ -50,6 +68,10 @@ FILES = {
                       "sageattention/attn_qk_int8_per_block_h96_causal.py",
                       "sageattention/attn_qk_int8_block_varlen.py",
                       "sageattention/attn_qk_int8_per_block_causal_varlen.py"),
+    # FlashInfer's Triton cascade merges: host wrappers, kernels, and the checks the wrappers call.
+    "flashinfer": ("flashinfer/triton/cascade.py", "flashinfer/triton/kernels/cascade.py",
+                   "flashinfer/triton/kernels/__init__.py", "flashinfer/triton/utils.py"),
+    "ring-flash-attn": ("ring_flash_attn/utils.py",),
 }
 
 
@@ -70,7 +92,7 @@ def source_dir(package: str) -> Path:
 
 def installed(package: str) -> bool:
     try:
-        return importlib.util.find_spec(_check(package)) is not None
+        return importlib.util.find_spec(IMPORTS.get(_check(package), package)) is not None
     except (ImportError, ValueError):
         return False
 
@@ -80,7 +102,7 @@ def missing(package: str) -> str:
     if installed(package) or all((source_dir(package) / f).is_file() for f in FILES[package]):
         return ""
     return (f"{package} is neither installed nor fetched: run `attnum kernels fetch {package}` "
-            f"(pip download --no-deps {package}=={PINS[package]} into {cache_dir()})")
+            f"(pip download --no-deps {DISTS.get(package, package)}=={PINS[package]} into {cache_dir()})")
 
 
 def fetch(package: str, *, quiet: bool = False) -> Path:
@@ -90,17 +112,23 @@ def fetch(package: str, *, quiet: bool = False) -> Path:
         return dest
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    pattern = f"{package}-{PINS[package]}-*.whl"
-    found = sorted(wheels.glob(pattern))
+    dist = DISTS.get(package, package)
+    pattern = f"{dist.replace('-', '_')}-{PINS[package]}-*.whl"  # pip's wheel names: '-' -> '_'
+    found = sorted(wheels.glob(pattern)) or sorted(wheels.glob(f"{dist}-{PINS[package]}-*.whl"))
     if not found:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", f"{package}=={PINS[package]}", "-d", str(wheels)]
+               "--disable-pip-version-check", f"{dist}=={PINS[package]}", "-d", str(wheels)]
         run = subprocess.run(cmd, capture_output=quiet, text=True)
-        found = sorted(wheels.glob(pattern))
+        found = sorted(wheels.glob(pattern)) or sorted(wheels.glob(f"{dist}-{PINS[package]}-*.whl"))
         if run.returncode or not found:
             tail = (run.stderr or "").strip().splitlines()[-1:] if quiet else []
-            raise AttnumEnvironmentError(f"pip download of {package}=={PINS[package]} failed"
+            raise AttnumEnvironmentError(f"pip download of {dist}=={PINS[package]} failed"
                                          + (f": {tail[0]}" if tail else ""))
+    if package in SHA256:
+        digest = hashlib.sha256(found[-1].read_bytes()).hexdigest()
+        if digest != SHA256[package]:
+            raise AttnumEnvironmentError(f"{found[-1].name}: sha256 {digest} is not the pinned {SHA256[package]} "
+                                         "(delete the file and fetch again)")
     with zipfile.ZipFile(found[-1]) as z:
         for f in FILES[package]:
             z.extract(f, dest)
@@ -180,8 +208,33 @@ def _stand_ins(package: str) -> None:
     elif package == "sglang":
         cuda = torch.cuda.is_available()
         _module("sglang.srt.utils", is_hip=lambda: False, is_cuda=lambda: cuda)
-    else:  # sageattention: no heavy imports; its package path, so that core.py's relative imports resolve
+    elif package == "flashinfer":
+        _flashinfer_stand_ins()
+    elif package == "sageattention":  # no heavy imports; its package path, so that relative imports resolve
         _module("sageattention").__path__ = [str(source_dir(package) / "sageattention")]
+    # ring-flash-attn's utils.py imports torch only
+
+
+class _GPUArchitectureError(RuntimeError):
+    pass
+
+
+def _flashinfer_stand_ins() -> None:
+    """``flashinfer.triton``'s files without the package: its path (the wrappers import ``.kernels.cascade``
+    and ``.utils`` relatively), ``flashinfer.utils`` for an sm90 device, and the real ``check_input``
+    less its ``x.is_cuda`` assertion for CPU tensors (the interpreter runs on them)."""
+    _module("flashinfer.triton").__path__ = [str(source_dir("flashinfer") / "flashinfer" / "triton")]
+    _module("flashinfer.utils", get_compute_capability=lambda device: (9, 0),
+            GPUArchitectureError=_GPUArchitectureError)
+    utils = importlib.import_module("flashinfer.triton.utils")
+    real = getattr(utils, "_attnum_real_check_input", utils.check_input)
+
+    def check_input(x):
+        if x.is_cuda:
+            return real(x)
+        assert x.is_contiguous(), "must be contiguous"  # what the real check asks beyond the device
+
+    utils._attnum_real_check_input, utils.check_input = real, check_input
 
 
 def load(package: str, module: str):

@@ -19,7 +19,7 @@ from attnum.errors import AttnumInputError
 from attnum.sandbox.isolation import become_subreaper, die_with_parent
 from attnum.sandbox.wire import HEAD, decode, encode
 
-ENTRIES = ("merge_state", "decode", "sdpa")
+ENTRIES = ("merge_state", "merge_states", "decode", "sdpa")
 MAX_GRAPHS = 64  # autograd graphs kept for backward calls that may still come (oldest dropped)
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
          "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",

@@ -27,6 +27,8 @@ from attnum.audit.probes import (
     long_sequence,
     lse_base,
     masked_key_leak,
+    merge_empty_chain,
+    merge_empty_convention,
     merge_empty_split,
     merge_two_empty,
     nonfinite_masked_kv,
@@ -57,6 +59,8 @@ _MODULES = (
     # serving side (merge / decode targets, attnum.kernels.serving)
     merge_empty_split,
     merge_two_empty,
+    merge_empty_convention,
+    merge_empty_chain,
     lse_base,
     inf_lse_empty_rows,
     split_invariance,
