@@ -43,11 +43,11 @@ import math
 
 import torch
 
-from ..errors import AttnumInputError
-from . import jit
-from .formats import FloatFormat, get_format
-from .mma_arch import OUT_FORMATS, Arch, Instruction, get_arch
-from .rounding import round_to
+from attnum.errors import AttnumInputError
+from attnum.numerics import jit
+from attnum.numerics.formats import FloatFormat, get_format
+from attnum.numerics.mma_arch import OUT_FORMATS, Arch, Instruction, get_arch
+from attnum.numerics.rounding import round_to
 
 _KIND_OF_DTYPE = {torch.float32: "tf32", torch.float16: "fp16", torch.bfloat16: "bf16",
                   torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8",
@@ -176,7 +176,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, a
 
 
 def _matmul_compiled(a, b, c, arch, out_format):
-    from . import mma_kernels as mk
+    from attnum.numerics import mma_kernels as mk
 
     inst, batch, av, ea, bv, eb, c64 = _prepare(a, b, c, arch, out_format)
     ea, eb = (torch.where(v == 0, mk.ZERO_EXP, e).to(torch.int32) for v, e in ((av, ea), (bv, eb)))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import AttnumInputError
+from attnum.errors import AttnumInputError
 
 OPERAND_KINDS = ("tf32", "fp16", "bf16", "fp8", "fp8fnuz")
 ADDERS = ("t", "tr", "gtr")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import jit
+from attnum.numerics import jit
 
 ZERO_EXP = -20000  # a zero operand's exponent: its products sit below every e_zero (and int32 holds the sum)
 
