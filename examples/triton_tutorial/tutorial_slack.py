@@ -26,17 +26,21 @@ def _with_spare(x: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _spare_outputs():
-    """``torch.empty_like`` inside the kernel module gives tensors with spare storage after them."""
-    real = torch.empty_like
+    """``torch.empty`` / ``torch.empty_like`` give tensors with spare storage after them while the kernel
+    module allocates its output (and, in the upstream tutorial, its LSE)."""
+    real_empty, real_like = torch.empty, torch.empty_like
+
+    def empty(*args, **kwargs):
+        return _with_spare(real_empty(*args, **kwargs))
 
     def empty_like(x, *args, **kwargs):
-        return _with_spare(real(x, *args, **kwargs))
+        return _with_spare(real_like(x, *args, **kwargs))
 
-    fused_attention.torch.empty_like = empty_like
+    fused_attention.torch.empty, fused_attention.torch.empty_like = empty, empty_like
     try:
         yield
     finally:
-        fused_attention.torch.empty_like = real
+        fused_attention.torch.empty, fused_attention.torch.empty_like = real_empty, real_like
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
