@@ -167,3 +167,11 @@ def test_unknown_sweep_axis_gets_did_you_mean():
     with pytest.raises(AttnumInputError) as err:
         spec_from_dict({"name": "x", "axes": {"zzzzqqq": [64]}})
     assert "did you mean" not in str(err.value)  # nothing close: the list alone
+
+
+def test_a_command_start_does_not_outlive_the_command():
+    from attnum.cli import main
+    from attnum.console import progress
+
+    assert main(["--version"]) == 0
+    assert progress._command_t0 is None  # an Activity after the command counts from its own start

@@ -43,11 +43,12 @@ def process_age_s() -> float | None:
         return None
 
 
-def command_started(age_s: float = 0.0) -> None:
+def command_started(age_s: float | None = 0.0) -> None:
     """The CLI calls this first thing: every Activity's elapsed time and "finished in" count from the
-    command's start (``age_s`` seconds ago), not from when the work itself began."""
+    command's start (``age_s`` seconds ago), not from when the work itself began; ``None`` when the
+    command is over (an Activity outside a command counts from its own start)."""
     global _command_t0
-    _command_t0 = time.perf_counter() - age_s
+    _command_t0 = None if age_s is None else time.perf_counter() - age_s
 
 
 def is_tty(stream: TextIO) -> bool:
