@@ -14,6 +14,7 @@ from attnum.studies.training.checkpoints import save_checkpoint
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow  # tens of seconds to minutes: left out of pytest -m "not slow" (README)
 @pytest.mark.parametrize("workload", ["digits", "lm"])
 def test_diverge_runs_write_curves_report_and_headline(tmp_path, capsys, workload):
     out = tmp_path / "dv"

@@ -52,6 +52,7 @@ def statuses(rows):
     return {status for _, status, _, _ in rows}
 
 
+@pytest.mark.slow  # tens of seconds to minutes: left out of pytest -m "not slow" (README)
 def test_real_kernels_under_the_gpu_model(fetched):
     got = lean_audit("faithful", *TARGETS)
     for dt in ("fp16", "bf16", "fp32"):
@@ -66,6 +67,7 @@ def test_real_kernels_under_the_gpu_model(fetched):
         assert all(status == "fail" and ratio > 100 for _, status, ratio, _ in got[name]["fp32"]), got[name]["fp32"]
 
 
+@pytest.mark.slow  # 20-40 s each measured under load: not in -m "not slow"
 @pytest.mark.parametrize("name", ["sglang-decode", "sglang-context"])
 def test_the_raw_interpreter_gets_bf16_and_fp32_wrong(fetched, name):
     got = lean_audit("raw", name)[name]

@@ -39,6 +39,7 @@ def figures_marker(dom: str) -> tuple[int, int]:
 PAPER_FIGURES = {"fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "kernels"}
 
 
+@pytest.mark.slow  # builds the smoke reproduction (84 s measured under load): not in -m "not slow"
 def test_every_figure_loads_and_console_is_clean(tmp_path_factory, tmp_path):
     out = smoke_reproduction(tmp_path_factory)
     names = {p.stem for p in (out / "figures").glob("*.png")}
@@ -87,6 +88,7 @@ seed = [0, 1]
     assert "one line per block_k, dist" in dom and "nothing pooled but seeds" in dom
 
 
+@pytest.mark.slow  # builds the smoke reproduction (84 s measured under load): not in -m "not slow"
 def test_the_check_catches_a_broken_figure_and_a_console_error(tmp_path_factory, tmp_path):
     out = smoke_reproduction(tmp_path_factory)
     page = (out / "report.html").read_text()

@@ -40,3 +40,31 @@ def test_headline_follows_the_data_when_nothing_reaches_the_band_or_fa2_does():
     hot_fa2 = [*GRID, _cell("fa2", "fa2", 8192, 8, 5.0)]
     assert "is not only a property of bf16 statistics (1 cells reach it)" in " ".join(paper_headline(_maps(hot_fa2)))
     assert paper_headline([]) == [] and paper_headline(_maps([])) == []
+
+
+def test_in_short_is_one_plain_sentence_from_the_same_cells():
+    from attnum.studies.paper.headline import paper_in_short
+
+    text = paper_in_short(_maps(GRID))
+    assert text.startswith("In short: at bf16, flash attention's error is up to 22x that of standard attention")
+    assert "keeps its softmax statistics in bf16 (policy uniform)" in text and "variant fa1" not in text
+    assert "(Tc = S/Bc >= 128)" in text and "stay at standard attention's error (0.85..0.88x)" in text
+    assert text.endswith(".") and ". " not in text  # one sentence
+    fa1 = [*GRID, _cell("fa2", "fa1", 8192, 16, 19.0)]
+    assert "(policy uniform) or rounds its output at every tile (variant fa1)" in paper_in_short(_maps(fa1))
+    flat = [_cell("uniform", "fa2", 1024, 64, 1.4), _cell("fa2", "fa2", 1024, 64, 0.9)]
+    assert "not reproduced here" in paper_in_short(_maps(flat)) and "1.4x" in paper_in_short(_maps(flat))
+    assert paper_in_short([]) == ""
+
+
+def test_the_report_lead_defines_its_terms():
+    from attnum.studies.paper.headline import GLOSSARY, paper_in_short
+    from attnum.studies.paper.report import lead_html
+
+    page = lead_html(paper_in_short(_maps(GRID)), paper_headline(_maps(GRID)))
+    assert page.startswith("<p class='lead'>In short:")
+    for term in ("Tc", "Bc", "policy", "variant", "site"):
+        assert f"<b>{term}</b>: " in page, term  # the glossary line
+        assert f"'>{term}</abbr>" in page, term  # and a hover on its first use
+    assert page.count("<abbr") == len([t for t in GLOSSARY if f">{t}</abbr>" in page])
+    assert "reaches 22x the <abbr" in page and "alone gives 1.00" in page and "Tc = 512" in page  # numbers stay

@@ -59,6 +59,7 @@ def test_full_profile_reaches_paper_scale():
     assert {"bf16", "fp16", "tf32", "fp32", "fp64"} <= fmts and {f"e11m{y}" for y in range(3, 53)} <= fmts
 
 
+@pytest.mark.slow  # tens of seconds to minutes: left out of pytest -m "not slow" (README)
 def test_smoke_reproduction_writes_store_figures_and_report(tmp_path_factory):
     out = smoke_reproduction(tmp_path_factory)
     with open_store(out) as store:
@@ -88,6 +89,7 @@ def test_smoke_reproduction_writes_store_figures_and_report(tmp_path_factory):
     assert all(r["wall_s"] > 0 for r in rows)
 
 
+@pytest.mark.slow  # tens of seconds to minutes: left out of pytest -m "not slow" (README)
 def test_report_draws_only_what_the_store_holds(tmp_path_factory, tmp_path):
     """Drop the Fig. 5 rows from a copy of the store: the report has no Fig. 5 and recomputes nothing."""
     import shutil

@@ -127,8 +127,15 @@ def test_scan_finds_the_example_sentinel_and_spares_the_nan_example():
         "finite-inf-constant", "finite-mask-fill", "finite-running-max-init"}
     # The sentinel merge (examples/sentinel_merge.py, the serving probes' planted bug) is found too.
     assert {f.rule for f in findings if f.path.endswith("sentinel_merge.py")} == {"finite-inf-constant"}
-    assert not [f for f in findings if not f.path.endswith(("sentinel_attention.py", "sentinel_merge.py"))]
-    assert all(f.severity == "high" and f.why and f.snippet for f in findings)
+    # The Triton tutorial-style kernel masks causal scores with the tutorial's own finite -1.0e6.
+    assert {f.rule for f in findings if f.path.endswith("triton_tutorial/fused_attention.py")} == {"finite-mask-fill"}
+    # HF's eager masks as the HF wrapper builds them: finfo(dtype).min where a key is masked (low).
+    hf = {(f.rule, f.severity) for f in findings if f.path.endswith("hf_attention.py")}
+    assert hf == {("finfo-mask-fill", "low")}
+    assert not [f for f in findings if not f.path.endswith(("sentinel_attention.py", "sentinel_merge.py",
+                                                            "triton_tutorial/fused_attention.py", "hf_attention.py"))]
+    assert all(f.why and f.snippet for f in findings)
+    assert all(f.severity == "high" for f in findings if not f.path.endswith("hf_attention.py"))
 
 
 def test_cli_exit_codes_json_and_min_severity(tmp_path, capsys):

@@ -20,3 +20,12 @@ class AttnumEnvironmentError(AttnumInputError):
     """The machine refused: a store that is corrupt, locked by another run, or not attnum's; a disk
     that is read-only or full; a configuration larger than the memory here. One line naming the
     file (or resource) and what to do; the CLI prints it and exits 2 like bad input."""
+
+
+def did_you_mean(word: object, choices: object) -> str:
+    """``"did you mean 'seq_len'? "`` for the closest of ``choices`` to a mistyped ``word`` (difflib's
+    ratio >= 0.6, as click's for commands), else ``""``: put in front of the list of what is allowed."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)  # type: ignore[attr-defined]
+    return f"did you mean {close[0]!r}? " if close else ""

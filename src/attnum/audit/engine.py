@@ -12,6 +12,7 @@ other's parent, so there is no import circle.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 from collections.abc import Callable
@@ -156,22 +157,53 @@ def contexts(config: AuditConfig, target: Callable, conv: dict, monitor=None) ->
 
 class CaseLog:
     """A monitor (see ProbeContext.monitor) that keeps the cases finished and the call in flight, so
-    a probe cut short still shows what it had done and where it stopped."""
+    a probe cut short still shows what it had done and where it stopped. ``pending`` (the kernel
+    server's ``take_warnings``) gives what the target warned since it was last asked: those warnings
+    are kept per case (``warned``) and go into the case's note (:func:`with_warnings`)."""
 
-    def __init__(self, forward: Callable[[str, str, object], None] | None = None) -> None:
-        self.forward, self.cases, self.label, self.calls = forward, [], "", 0
+    def __init__(self, forward: Callable[[str, str, object], None] | None = None,
+                 pending: Callable[[], list[str]] | None = None) -> None:
+        self.forward, self.pending, self.cases, self.label, self.calls = forward, pending, [], "", 0
+        self.warned: dict[str, list[str]] = {}
 
     def start(self) -> None:
-        self.cases, self.label, self.calls = [], "", 0
+        self.cases, self.label, self.calls, self.warned = [], "", 0, {}
+
+    def collect(self, label: str) -> None:
+        got = self.pending() if self.pending is not None else []
+        if got:
+            self.warned.setdefault(label, []).extend(got)
 
     def __call__(self, event: str, label: str, payload: object = None) -> None:
         if event == "case":
             self.cases.append(payload)
+            self.collect(getattr(payload, "label", label))
         elif event == "call":
             self.calls += 1
             self.label = label or f"call {self.calls}"
         if self.forward is not None:
             self.forward(event, label, payload)
+
+
+def with_warnings(cases: list[Case], log: CaseLog) -> list[Case]:
+    """``cases`` with each one's warnings (``log.warned``) appended to its note, counted once each:
+    ``...; warned: RuntimeWarning: overflow encountered in multiply (x3)``. Warnings after the last
+    case belong to it."""
+    if cases:
+        log.collect(cases[-1].label)
+    out = []
+    for case in cases:
+        got = log.warned.get(case.label)
+        if got:
+            counts: dict[str, int] = {}
+            for w in got:
+                counts[w] = counts.get(w, 0) + 1
+            text = "; ".join(w + (f" (x{n})" if n > 1 else "") for w, n in counts.items())
+            v = case.verdict
+            note = f"{v.note}; warned: {text}" if v.note else f"warned: {text}"
+            case = dataclasses.replace(case, verdict=dataclasses.replace(v, note=note))
+        out.append(case)
+    return out
 
 
 def run_probe(probe: Probe, ctx: ProbeContext, log: CaseLog) -> list[Case]:

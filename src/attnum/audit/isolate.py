@@ -89,7 +89,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
                 if info.get("available") is not True:
                     return runner.finish(config, False, str(info.get("reason", "")), results, conv, isolated=True)
                 target = RemoteTarget(server)
-                log = runner.CaseLog()
+                log = runner.CaseLog(pending=server.take_warnings)
                 ctxs = runner.contexts(config, target, conv, monitor=log)
             dtype, probe = todo[i]
             try:
@@ -97,6 +97,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
             except TargetGone as gone:
                 server = None  # killed whole by KernelServer; the next probe gets a fresh one
                 cases = [*log.cases, Case(label=log.label or "probe", verdict=runner.aborted(gone.status, gone.what))]
+            cases = runner.with_warnings(cases, log)
             add(runner._row(probe.name, dtype, cases, time.perf_counter() - t_probe))
             i += 1
     finally:

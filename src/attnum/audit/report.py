@@ -104,9 +104,12 @@ def _probe_json(r: ProbeResult) -> dict:
     }
 
 
-def print_table(report: AuditReport, stream=None) -> None:
-    """The human view: one row per probe and dtype, then a one-line summary (attnum.console.tables: whole
-    values in a log or a pipe, the terminal's width on a terminal)."""
+def print_table(report: AuditReport, stream=None, *, show_all: bool = False) -> None:
+    """The human view: the one-line summary first, one row per probe and dtype, the summary again as the
+    last line (for ``tail``). Rows whose every case was ``unsupported`` (the target cannot express the
+    probe: the serving probes on an SDPA kernel) fold into one line per reason unless ``show_all``; --json
+    and --html keep every row (attnum.console.tables: whole values in a log or a pipe, the terminal's
+    width on a terminal)."""
     from attnum.console.tables import print_table as emit
     from attnum.console.tables import say
 
@@ -114,15 +117,33 @@ def print_table(report: AuditReport, stream=None) -> None:
         what = "" if report.reason.startswith(NOTHING_TESTED) else "unavailable - "
         say(f"{report.target}: {what}{report.reason}", stream)
         return
+    say(summary(report), stream)
+    shown = [r for r in report.results if show_all or r.status != "unsupported"]
     cols = ("probe", "dtype", "verdict", "target err", "baseline err", "bound", "margin", "note")
     just = ("left", "left", "left", "right", "right", "right", "right", "left")
     rows = [[r.name, r.dtype, verdict_text(r), _num(r.target_error), _num(r.baseline_error), _num(r.bound),
-             margin(r.ratio), r.note] for r in report.results]
-    styles = ["yellow" if r.near_bound else STYLE[r.status] for r in report.results]
+             margin(r.ratio), r.note] for r in shown]
+    styles = ["yellow" if r.near_bound else STYLE[r.status] for r in shown]
     emit(cols, rows, title=f"attnum audit {report.target}", caption=environment_line(report), justify=just,
          styles=styles, stream=stream)
+    for line in folded_lines([r for r in report.results if not show_all and r.status == "unsupported"]):
+        say(line, stream)
     say(conventions_line(report), stream)
     say(summary(report), stream)
+
+
+def folded_lines(rows: list[ProbeResult]) -> list[str]:
+    """One line for the unsupported rows left out of the table: how many, which probes, and why."""
+    if not rows:
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for r in rows:
+        names = by_reason.setdefault(r.note.split(" (")[0] or "no reason given", [])
+        if r.name not in names:
+            names.append(r.name)
+    dtypes = ", ".join(dict.fromkeys(r.dtype for r in rows))
+    why = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
+    return [f"{len(rows)} unsupported row(s) not shown ({dtypes}; --all shows them): {why}"]
 
 
 def summary(report: AuditReport) -> str:

@@ -88,6 +88,18 @@ def build_app() -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
+    from attnum.console import progress
+
+    # Elapsed times count from the command's start: the process's (interpreter, imports) when this is
+    # the program itself, this call's when a caller (a test) runs commands in its own process.
+    progress.command_started((progress.process_age_s() or 0.0) if argv is None else 0.0)
+    try:
+        return _main(argv)
+    finally:
+        progress.command_started(None)  # an Activity outside a command counts from its own start
+
+
+def _main(argv: list[str] | None) -> int:
     app = build_app()
     try:
         code = typer.main.get_command(app).main(args=argv, prog_name="attnum", standalone_mode=False)

@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
         html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
         list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
+        show_all: bool = typer.Option(False, "--all", help="show every row, the unsupported ones too (by default "
+                                                           "they fold into one line per reason; --json and "
+                                                           "--html always have them)"),
         numerics: str = typer.Option("faithful", "--numerics",
                                      help="arithmetic of interpreted Triton kernels: faithful (the GPU's: bf16 "
                                           "rounding, TF32 dots, fp32 a*b+c fused unless "
@@ -110,7 +113,7 @@ def register(app: typer.Typer) -> None:
 
             print(dumps(to_json(report), indent=2))
         else:
-            print_table(report)
+            print_table(report, show_all=show_all)
         if html_file is not None:
             from attnum.store.outfile import write_atomic
 

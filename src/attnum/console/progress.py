@@ -27,6 +27,30 @@ def interval_s() -> float:
     return value if 0 < value < float("inf") else DEFAULT_INTERVAL_S
 
 
+_command_t0: float | None = None  # perf_counter() when the command started (see command_started)
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), so that "elapsed" includes the interpreter's
+    and torch's start-up the user waited through; None where it cannot be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: start time in ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def command_started(age_s: float | None = 0.0) -> None:
+    """The CLI calls this first thing: every Activity's elapsed time and "finished in" count from the
+    command's start (``age_s`` seconds ago), not from when the work itself began; ``None`` when the
+    command is over (an Activity outside a command counts from its own start)."""
+    global _command_t0
+    _command_t0 = None if age_s is None else time.perf_counter() - age_s
+
+
 def is_tty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
@@ -55,15 +79,19 @@ class Activity:
     """
 
     def __init__(self, title: str, *, spinner: bool = False, stream: TextIO | None = None,
-                 total: int | None = None) -> None:
-        self.title, self.spinner, self.total = title, spinner, total
+                 total: int | None = None, unit: str | None = None, eta: bool = False) -> None:
+        # unit: what ``done`` counts ("3 of 15 runs", "4 figures drawn"); eta: add the time left,
+        # from the mean time of the units done so far (since the first update(done=...)), as a sweep does.
+        self.title, self.spinner, self.total, self.unit, self.eta = title, spinner, total, unit, eta
+        self._work_t0: float | None = None
         self.stream = stream if stream is not None else sys.stderr
         self.done: int | None = None
         self.label: str | None = None
         self.lines = 0
         self.announce_end = True
         self.mode = "off"
-        self._t0 = time.perf_counter()
+        now = time.perf_counter()
+        self._t0 = min(now, _command_t0) if _command_t0 is not None else now
         self._quiet_until = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -72,6 +100,8 @@ class Activity:
     def update(self, done: int | None = None, total: int | None = None, label: str | None = None) -> None:
         if done is not None:
             self.done = done
+            if self._work_t0 is None:
+                self._work_t0 = time.perf_counter()
         if total is not None:
             self.total = total
         if label is not None:
@@ -86,10 +116,25 @@ class Activity:
     def _text(self) -> str:
         parts = [f"{self.title}: running, {_clock(time.perf_counter() - self._t0)} elapsed"]
         if self.done is not None:
-            parts.append(f"{self.done}/{self.total}" if self.total is not None else f"{self.done} done")
+            if self.unit:
+                parts.append(f"{self.done} of {self.total} {self.unit}" if self.total is not None
+                             else f"{self.done} {self.unit}")
+            else:
+                parts.append(f"{self.done}/{self.total}" if self.total is not None else f"{self.done} done")
+            left = self.seconds_left()
+            if left is not None:
+                parts.append(f"eta {_clock(left)}")
         if self.label:
             parts.append(self.label)
         return ", ".join(parts)
+
+    def seconds_left(self) -> float | None:
+        """With ``eta``: the mean time per unit done so far times the units left; None before the first
+        unit is done (no estimate yet) or without ``eta``/``total``."""
+        if not (self.eta and self.total and self.done and self._work_t0 is not None):
+            return None
+        spent = time.perf_counter() - self._work_t0
+        return spent / self.done * max(0, self.total - self.done)
 
     def _beat(self) -> None:
         every = interval_s()

@@ -99,7 +99,15 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, tit
     for i, row in enumerate(rows):
         style = styles[i] if styles is not None and i < len(styles) else None
         table.add_row(*(escape(_cell(v)) for v in row), style=style)
-    Console(file=stream, highlight=False).print(table)
+    if is_tty(stream):
+        Console(file=stream, highlight=False).print(table)
+        return
+    # ATTNUM_TABLE=rich into a file or a pipe: rich pads every line to its width; keep only what is there.
+    import io
+
+    buf = io.StringIO()
+    Console(file=buf, highlight=False).print(table)
+    print("\n".join(line.rstrip() for line in buf.getvalue().splitlines()), file=stream, flush=True)
 
 
 def say(text: str, stream: TextIO | None = None) -> None:

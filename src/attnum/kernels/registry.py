@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from attnum.errors import AttnumInputError
+from attnum.errors import AttnumInputError, did_you_mean
 from attnum.kernels import (
     conventions,
     flash_attn,
@@ -198,8 +198,9 @@ def builtin_names() -> list[str]:
 
 
 def _unknown(param: str, spec: object) -> AttnumInputError:
-    return AttnumInputError(f"{param}={spec!r} is not allowed; expected a built-in ({', '.join(builtin_names())}), "
-                            "'package.module:function' or 'path/file.py:function'")
+    hint = did_you_mean(spec, [n for n in builtin_names() if not n.endswith(":POLICY")])
+    return AttnumInputError(f"{param}={spec!r} is not allowed; {hint}expected a built-in "
+                            f"({', '.join(builtin_names())}), 'package.module:function' or 'path/file.py:function'")
 
 
 def get_kernel(name: str) -> Kernel:

@@ -56,7 +56,8 @@ def write_report(out_dir: str | Path) -> Path:
     if (out_dir / "figures").exists() and not (out_dir / "figures").is_dir():
         raise bad_value("figures", str(out_dir / "figures"), "a folder (the report writes NAME.png and NAME.svg "
                         "into it); move that file aside")
-    with Activity("report", spinner=True) as act:  # a line per figure on a terminal, every interval off it
+    # A line per figure on a terminal, every interval off it; it counts figures, not the sweep's points.
+    with Activity("report", spinner=True, unit="figures drawn") as act:
         drawn_so_far = [0]
 
         def step(name: str) -> None:  # figures done so far, and the one being drawn

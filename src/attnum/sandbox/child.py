@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import os
 import sys
+import warnings
 from collections import OrderedDict
 
 import torch
@@ -21,6 +22,7 @@ from attnum.sandbox.wire import HEAD, decode, encode
 
 ENTRIES = ("merge_state", "merge_states", "decode", "sdpa")
 MAX_GRAPHS = 64  # autograd graphs kept for backward calls that may still come (oldest dropped)
+MAX_WARNINGS = 20  # per call: a kernel that warns in a loop still sends a short list
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
          "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",
          "attnum_emulation")
@@ -111,13 +113,20 @@ def serve() -> None:
             for i in msg.get("ids", ()):
                 graphs.pop(i, None)
             continue
-        try:
-            reply = _call(fn, msg, graphs) if op == "call" else _backward(msg, graphs)
-        except SystemExit as exc:  # the parent ends this child and reports it as "exited"
-            out.write(encode({"op": "raised", "id": msg["id"], "type": "SystemExit", "text": repr(exc.code)}))
-            return
-        except Exception as exc:  # noqa: BLE001 - the user code's exception is its answer
-            reply = {"op": "raised", "id": msg["id"], "type": type(exc).__name__, "text": str(exc)}
+        # Warnings the user code raises (Triton's interpreter: numpy's RuntimeWarnings) go back with the
+        # reply, for the case's note, instead of into the middle of the parent's progress lines.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                reply = _call(fn, msg, graphs) if op == "call" else _backward(msg, graphs)
+            except SystemExit as exc:  # the parent ends this child and reports it as "exited"
+                out.write(encode({"op": "raised", "id": msg["id"], "type": "SystemExit", "text": repr(exc.code)}))
+                return
+            except Exception as exc:  # noqa: BLE001 - the user code's exception is its answer
+                reply = {"op": "raised", "id": msg["id"], "type": type(exc).__name__, "text": str(exc)}
+        if caught:
+            reply["warnings"] = [f"{w.category.__name__}: {str(w.message).splitlines()[0][:200]}"
+                                 for w in caught[:MAX_WARNINGS]]
         try:
             frame = encode(reply)
         except Exception as exc:  # noqa: BLE001 - an output that cannot be sent is the call's exception

@@ -86,6 +86,7 @@ class KernelServer:
                      "parent": os.getpid()}
         self.proc: subprocess.Popen | None = None
         self.buf, self._closed = b"", False
+        self.warnings: list[str] = []  # what the user code warned since take_warnings() last ran
 
     def start(self) -> dict:
         """Start the child and wait for ``ready``: its info; AttnumInputError when the name does not
@@ -115,7 +116,15 @@ class KernelServer:
         reply = self._recv(self.timeout, what)
         if reply.get("id") != self.next_id or reply.get("op") not in ("ok", "raised"):
             self._gone("crashed", f"answered call {self.next_id} with {str(reply)[:60]!r}", what)
+        got = reply.pop("warnings", None)  # data from the child: kept only as short strings
+        if isinstance(got, list):
+            self.warnings += [w[:200] for w in got[:20] if isinstance(w, str)]
         return reply
+
+    def take_warnings(self) -> list[str]:
+        """The warnings the user code raised since the last call of this, oldest first."""
+        got, self.warnings = self.warnings, []
+        return got
 
     def tell(self, msg: dict) -> None:
         """A request without a reply (``release``); a dead child is noticed at the next call."""

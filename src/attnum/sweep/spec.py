@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnum.errors import AttnumInputError
+from attnum.errors import AttnumInputError, did_you_mean
 from attnum.sweep.registry import DEFAULT_KIND, axis_checks, get_kind, record_choices, spec_kinds
 
 if sys.version_info >= (3, 11):
@@ -256,7 +256,7 @@ def _make_points(cfg: dict[str, Any]) -> tuple[Any, ...]:
     extra = sorted(set(cfg) - names)
     if extra:
         raise AttnumInputError(f"{extra[0]}={cfg[extra[0]]!r} is not an axis of kind {cfg.get('kind', DEFAULT_KIND)!r}; "
-                               f"expected one of {', '.join(sorted(names))}")
+                               f"{did_you_mean(extra[0], names)}expected one of {', '.join(sorted(names))}")
     return kind.points(cfg)
 
 
@@ -278,7 +278,8 @@ def _check_axis(source: str, where: str, key: str, value: Any) -> None:
     checks = axis_checks()
     if key not in checks:
         raise AttnumInputError(
-            f"{source}: {where} is not a known axis; expected one of {', '.join(sorted({*checks, 'kind'}))}"
+            f"{source}: {where} is not a known axis; {did_you_mean(key, checks)}"
+            f"expected one of {', '.join(sorted({*checks, 'kind'}))}"
         )
     allowed, ok = checks[key]
     if not ok(value):

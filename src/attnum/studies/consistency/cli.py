@@ -72,6 +72,7 @@ def register(app: typer.Typer) -> None:
 
             print(dumps({"study": result, "cost": cost}, indent=2))
             return
+        print(report.invariance_legend(result))
         print(report.text_table(report.invariance_header(result), report.invariance_rows(result)))
         print()
         print(report.text_table(report.MODE_HEADER, report.mode_rows(result)))

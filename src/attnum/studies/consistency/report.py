@@ -55,10 +55,19 @@ def cost_rows(cost: list[dict[str, Any]]) -> list[list[str]]:
 COST_HEADER = ["scenario", "rule", *(f"{d}: splits / bound (vs fa2)" for d in COST_DEVICES)]
 
 
+def invariance_legend(result: dict[str, Any]) -> str:
+    """What a cell of the invariance table says, for the text table and the report alike."""
+    return ("Each B=n and 'decode vs prefill' cell reads 'identical / max ulp': the share of decode outputs "
+            "bit-identical to the request served alone (or, for 'decode vs prefill', to its prefill), and the "
+            f"largest distance in ulps of {result['format']} at the row's scale (0 = every bit the same).")
+
+
 def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """Aligned text; no line ends in padding spaces (a file or a pipe keeps only what is there)."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
-    return "\n".join([line, "-" * len(line), *("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows)])
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()
+    body = ("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join([line, "-" * len(line), *body])
 
 
 def html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -77,8 +86,7 @@ def html_section(result: dict[str, Any] | None, tokens: dict[str, Any] | None = 
                   f"d={c['head_dim']}, seed {c['seed']}")
     parts = [f'<section id="{html.escape(anchor)}"><h2>{title}</h2>']
     if result:
-        parts += ["<p>Each cell: share of decode outputs bit-identical to the request served alone, and the "
-                  f"max distance in ulps of {html.escape(result['format'])} at the row's scale.</p>",
+        parts += [f"<p>{html.escape(invariance_legend(result))}</p>",
                   html_table(invariance_header(result), invariance_rows(result)),
                   html_table(MODE_HEADER, mode_rows(result))]
     if tokens:

@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
 
         cfg = LowbitTableConfig(seq_len=seq_len, heads=heads, head_dim=head_dim, format=format, seed=seed,
                                 dists=tuple(d.strip() for d in dists.split(",") if d.strip()))
-        with Activity("lowbit-table"):
-            result = run_lowbit_table(cfg)
+        with Activity("lowbit-table", unit="settings", eta=True) as act:
+            result = run_lowbit_table(cfg, progress=lambda done, total, label: act.update(done, total, label))
         if as_json:
             print(dumps({**table_meta(cfg), **result}, indent=2))
             return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -128,9 +129,11 @@ def mechanisms(q, k, v, causal: bool) -> dict[str, float]:
             "p_below_int8_half_step": float(small.sum() / (p > 0).sum()), "p_mass_below_int8_half_step": mass}
 
 
-def run_lowbit_table(cfg: LowbitTableConfig) -> dict:
-    """{"rows": one per (dist, setting), "mechanisms": per dist, "orderings": per claim and dist}."""
+def run_lowbit_table(cfg: LowbitTableConfig, progress: Callable[[int, int, str], None] | None = None) -> dict:
+    """{"rows": one per (dist, setting), "mechanisms": per dist, "orderings": per claim and dist}.
+    ``progress(done, total, label)`` is called before each setting (the CLI's "k of n" and ETA)."""
     rows, mech = [], {}
+    total = len(cfg.dists) * len(SETTINGS)
     for dist in cfg.dists:
         spec = cfg.spec(dist)
         q, k, v = make_qkv(spec)
@@ -138,6 +141,8 @@ def run_lowbit_table(cfg: LowbitTableConfig) -> dict:
         gold = golden_attention(q, k, v, is_causal=causal)
         mech[dist] = mechanisms(q, k, v, causal)
         for key, table, label, policy, pub in SETTINGS:
+            if progress is not None:
+                progress(len(rows), total, f"{dist}: {key}")
             t0 = time.perf_counter()
             o = flash_attention(q, k, v, policy=policy.format(f=cfg.format), is_causal=causal)
             rows.append({"dist": dist, "key": key, "table": table, "setting": label,

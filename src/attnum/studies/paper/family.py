@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attnum.studies.paper.compare import FIELDS
 from attnum.studies.paper.findings import compute_findings, compute_maps
-from attnum.studies.paper.headline import paper_headline
+from attnum.studies.paper.headline import paper_headline, paper_in_short
 from attnum.studies.paper.point import COMPARISONS, Point
 from attnum.studies.paper.profiles import PROFILES, paper_spec
 from attnum.studies.paper.report import report
@@ -19,6 +19,12 @@ METRICS = (
     ("ratio.max_abs", "flash / baseline error vs golden"),
 )
 
+def _headline(maps: list) -> list[str]:
+    """What ``reproduce`` prints first: the plain "In short" sentence, then the detailed paragraph."""
+    short = paper_in_short(maps)
+    return [short, *paper_headline(maps)] if short else []
+
+
 FAMILY = Family(
     name="paper",
     kinds=(
@@ -30,7 +36,7 @@ FAMILY = Family(
                   in_specs=False),
     ),
     findings=compute_findings,
-    headline=lambda rows: paper_headline(compute_maps(rows)),
+    headline=lambda rows: _headline(compute_maps(rows)),
     report=report,
     profiles=dict.fromkeys(PROFILES, paper_spec),
     record=COMPARISONS,

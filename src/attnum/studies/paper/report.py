@@ -6,6 +6,7 @@ draws; it never recomputes numerics.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from attnum.report.blocks import CSS_CLASS as _CSS_CLASS
@@ -16,7 +17,7 @@ from attnum.report.blocks import table as _table
 from attnum.report.blocks import verdict as _verdict
 from attnum.studies.paper.figures import PAPER_GROUPS, captions, draw_all
 from attnum.studies.paper.findings import ClaimMap, compute_maps
-from attnum.studies.paper.headline import paper_headline
+from attnum.studies.paper.headline import GLOSSARY, paper_headline, paper_in_short
 from attnum.sweep.registry import ReportContext, ReportPart
 from attnum.sweep.results import Row, metric, seed_summary
 
@@ -40,7 +41,7 @@ def report(ctx: ReportContext) -> ReportPart:
     placed = frozenset(name for m in maps for name in _claim_figures(m.claim_id, figures))
     headline = paper_headline(maps)
     lead_fig = "grid" if headline and "grid" in figures else None
-    lead = (f"<section id='headline'><p class='lead'>{_e(' '.join(headline))}</p>"
+    lead = (f"<section id='headline'>{lead_html(paper_in_short(maps), headline)}"
             + (_figure(lead_fig, figures[lead_fig][0], caps) if lead_fig else "") + "</section>",) if headline else ()
     sections = (
         "<h2>Findings</h2>",
@@ -56,6 +57,32 @@ def report(ctx: ReportContext) -> ReportPart:
                 *(_group_table(ctx.rows, g) for g in _groups(ctx.rows)))
     return ReportPart(figures=figures, captions=caps, lead=lead, sections=sections, appendix=appendix, placed=placed,
                       groups=PAPER_GROUPS)
+
+
+def lead_html(short: str, headline: list[str]) -> str:
+    """The report's first screen: the plain "In short" sentence, a line defining the terms (each also a
+    hover on its first use), then the detailed paragraph with every number."""
+    used = [t for t in GLOSSARY if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", " ".join([short, *headline]))]
+    terms = "; ".join(f"<b>{_e(t)}</b>: {_e(GLOSSARY[t])}" for t in used)
+    seen: set[str] = set()
+    return (f"<p class='lead'>{_with_terms(short, seen)}</p>"
+            + (f"<p class='terms'>Terms: {terms}.</p>" if terms else "")
+            + f"<p class='detail'>{_with_terms(' '.join(headline), seen)}</p>")
+
+
+def _with_terms(text: str, seen: set[str]) -> str:
+    """``text`` escaped, with the first use of each glossary term not in ``seen`` as <abbr title=...>
+    (``seen`` gains the terms marked)."""
+    out = _e(text)
+    for term, meaning in GLOSSARY.items():
+        if term in seen:
+            continue
+        marked = re.sub(rf"(?<![\w-]){re.escape(term)}(?![\w-])",
+                        lambda m, t=term, d=meaning: f"<abbr title='{_e(d)}'>{t}</abbr>", out, count=1)
+        if marked != out:
+            seen.add(term)
+            out = marked
+    return out
 
 
 def _claim_figures(claim_id: str, figures: dict) -> list[str]:

@@ -83,8 +83,9 @@ def register(app: typer.Typer) -> None:
         from attnum.studies.training.loop import AttentionFailed
 
         try:
-            with one_writer(out), Activity("diverge"):
-                summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print)
+            with one_writer(out), Activity("diverge", unit="runs trained", eta=True) as act:
+                summary = run_diverge(cfg, log=(lambda *_: None) if as_json else print,
+                                      progress=lambda done, total, label: act.update(done, total, label))
         except AttentionFailed as err:  # the user's attention died, hung, raised or lied: no result
             print(f"attnum: error: {str(err).splitlines()[0]}", file=sys.stderr)
             raise typer.Exit(1) from None

@@ -161,8 +161,10 @@ def check_attention(cfg: DivergeConfig) -> None:
                 pass
 
 
-def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
-    """Train (or reuse) every run, compare them, write results.json + figures + index.html into ``cfg.out``."""
+def run_diverge(cfg: DivergeConfig, *, log=print, progress=None) -> dict:
+    """Train (or reuse) every run, compare them, write results.json + figures + index.html into ``cfg.out``.
+    ``progress(done, total, label)`` is called before each run to train (runs reused from an earlier
+    call are not counted: the CLI's "k of n" and ETA are about the work left)."""
     from attnum.studies.training.report import write_report
 
     out = Path(cfg.out)
@@ -171,8 +173,11 @@ def run_diverge(cfg: DivergeConfig, *, log=print) -> dict:
     check_attention(cfg)
     runs = run_configs(cfg)
     results = {}
+    to_train = [key for key, rc in runs.items() if finished(rc, run_dir) is None]
     for key, rc in runs.items():
         done = finished(rc, run_dir)
+        if done is None and progress is not None:
+            progress(to_train.index(key) if key in to_train else 0, len(to_train), f"training {key}")
         if done is not None:
             log(f"{key}: finished earlier ({done['wall_s']:.1f} s), reused")
             losses, wall = done["losses"], done["wall_s"]
