@@ -135,3 +135,44 @@ def test_audit_label_names_the_arch():
 
     assert AuditConfig(target="torch-sdpa", arch="hopper").arch == "sm90"
     assert triton_interp.label("faithful", "sm80").startswith("triton-interp:nvidia-sm80")
+
+
+def test_compare_config_mma_axis_overrides_both_policies_and_keeps_old_keys():
+    from attnum.studies.paper.compare import CompareConfig
+    from attnum.studies.paper.point import Point
+
+    cfg = CompareConfig(policy="fa2", format="bf16", seq_len=64, mma="hopper")
+    flash, base = cfg.policies()
+    assert flash.mma == base.mma == "sm90"
+    assert CompareConfig(policy="fa2:bf16,mma=sm80", seq_len=64, mma="none").policies()[0].mma is None
+    with pytest.raises(AttnumInputError, match="mma"):
+        CompareConfig(policy="fa2", seq_len=64, mma="sm99")
+    plain = Point(kind="compare", policy="fa2", format="bf16", seq_len=64)
+    assert "mma" not in plain.identity() and Point(kind="compare", policy="fa2", format="bf16", seq_len=64,
+                                                   mma="sm90").key != plain.key
+
+
+def test_fa3_fp8_on_hopper_loses_one_sidedly_with_one_v_scale():
+    """FA3's FP8 with one V scale (tensor granularity) under sm90: O is the wgmma accumulator over every
+    tile, so with positive V the 13-bit truncation pulls O down; exact products and fp32 sums do not."""
+    from attnum.attention.golden import golden_attention
+    from attnum.attention.quant import fp8_attention
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 1, 16, 64, generator=g, dtype=torch.float64) * 0.1  # flat softmax: many keys count
+    k = torch.randn(1, 1, 2048, 64, generator=g, dtype=torch.float64)
+    v = torch.rand(1, 1, 2048, 64, generator=g, dtype=torch.float64) + 1.0
+    gold = golden_attention(q, k, v)
+    kw = dict(granularity="tensor", incoherent=False, out="fp32")
+    hopper = fp8_attention(q, k, v, mma="sm90", **kw).double()
+    exact = fp8_attention(q, k, v, **kw).double()
+    loss_h, loss_e = ((hopper - gold) / gold).mean().item(), ((exact - gold) / gold).mean().item()
+    assert loss_h < 0 and abs(loss_h) > 10 * abs(loss_e), (loss_h, loss_e)
+
+
+def test_fp8_table_config_takes_mma():
+    from attnum.studies.serving.fp8_table import FP8TableConfig
+
+    assert FP8TableConfig(mma="hopper").mma == "sm90" and FP8TableConfig().mma is None
+    with pytest.raises(AttnumInputError, match="mma"):
+        FP8TableConfig(mma="sm99")
