@@ -176,3 +176,27 @@ def test_fp8_table_config_takes_mma():
     assert FP8TableConfig(mma="hopper").mma == "sm90" and FP8TableConfig().mma is None
     with pytest.raises(AttnumInputError, match="mma"):
         FP8TableConfig(mma="sm99")
+
+
+def test_sage2_pv_acc_as_hopper_wgmma_and_the_two_level_fix():
+    """sage2 with pv_acc=sm90: one-level accumulation over 2048 positive-V keys in wgmma's FP8 accumulator
+    loses one-sidedly, far more than two-level (each 64-key tile from zero, added into fp32)."""
+    from attnum.attention.flash import flash_attention
+    from attnum.attention.golden import golden_attention
+    from attnum.numerics.lowbit import SAGE
+
+    assert parse_policy("sage2:bf16,pv_acc=hopper").lowbit.pv_acc == "sm90"
+    with pytest.raises(AttnumInputError, match="pv_acc"):
+        parse_policy("sage1:fp16,pv_acc=sm99")
+    assert SAGE["sage2"].pv_acc == "fp22"
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 1, 16, 64, generator=g, dtype=torch.float64) * 0.1
+    k = torch.randn(1, 1, 2048, 64, generator=g, dtype=torch.float64)
+    v = torch.rand(1, 1, 2048, 64, generator=g, dtype=torch.float64)
+    gold = golden_attention(q, k, v)
+
+    def bias(spec):
+        return ((flash_attention(q, k, v, policy=spec).double() - gold) / gold).mean().item()
+
+    one, two = bias("sage2:bf16,pv_acc=sm90,two_level=false"), bias("sage2:bf16,pv_acc=sm90")
+    assert one < 0 and abs(one) > 10 * abs(two), (one, two)
