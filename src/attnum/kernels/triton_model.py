@@ -208,7 +208,8 @@ def instruction(arch: str, dtypes: tuple[torch.dtype, torch.dtype], shape: tuple
         if torch.float8_e4m3fn in dtypes:  # CUDABackend.parse_options: fp8e4nv only for capability >= 89
             raise NotImplementedError("tl.dot of float8e4nv on sm80: Triton supports it from sm89 on "
                                       "(backends/nvidia/compiler.py supported_fp8_dtypes)")
-        return "mma.sync(fp16)"  # e5m2 widened to fp16 (exact) for MMAv2 below sm89
+        raise NotImplementedError("tl.dot of float8e5 on sm80: Ampere has no fp8 MMA, and how Triton widens the "
+                                  "operands there is not modelled by attnum")
     if arch == "sm90":
         two_d = len(shape) == 2 and shape[-2] % 64 == 0 and shape[-1] % 8 == 0 and num_warps % 4 == 0
         if two_d and not (fp8 and out_fmt == "fp32" and max_imprecise < 32):
@@ -236,8 +237,6 @@ def tensor_core_dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, arch
     check_arch(arch)
     ins = instruction(arch, dtypes, tuple(acc.shape), out_fmt=out_fmt, max_imprecise=max_imprecise,
                       num_warps=num_warps)
-    if ins == "mma.sync(fp16)":
-        dtypes = (torch.float16, torch.float16)
     at, bt = a.to(dtypes[0]), b.to(dtypes[1])
     c32 = acc.to(torch.float16 if out_fmt == "fp16" else torch.float32)
     K = a.shape[-1]
