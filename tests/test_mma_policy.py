@@ -200,3 +200,10 @@ def test_sage2_pv_acc_as_hopper_wgmma_and_the_two_level_fix():
 
     one, two = bias("sage2:bf16,pv_acc=sm90,two_level=false"), bias("sage2:bf16,pv_acc=sm90")
     assert one < 0 and abs(one) > 10 * abs(two), (one, two)
+
+
+def test_run_compare_applies_the_mma_axis_to_flash_and_baseline():
+    from attnum.studies.paper.compare import CompareConfig, run_compare
+
+    r = run_compare(CompareConfig(policy="fa2", format="bf16", seq_len=32, heads=1, head_dim=16, mma="sm80"))
+    assert r["policy"]["mma"] == "sm80" and r["baseline_policy"]["mma"] == "sm80"

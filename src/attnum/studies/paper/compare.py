@@ -155,7 +155,7 @@ def compare_inputs(cfg: CompareConfig):
     """The shared inputs of a point: float64 samples rounded to the policy's input format."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise AttnumInputError("device='cuda' is not allowed here; CUDA is not available on this machine")
-    policy = parse_policy(cfg.policy, cfg.format)
+    policy = cfg.policies()[0]  # the flash policy, with the mma axis applied
     q, k, v = make_qkv(cfg.input_spec(), device=cfg.device)
     return policy, tuple(round_to(x, policy.inputs) for x in (q, k, v))
 
