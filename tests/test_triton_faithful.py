@@ -185,7 +185,7 @@ def test_a_triton_the_model_does_not_fit_makes_every_case_unsupported(monkeypatc
     from attnum.audit.harness import raised
     from attnum.kernels import triton_interp, triton_selftest
 
-    monkeypatch.setattr(triton_selftest, "failure", lambda: "bf16 q * k: 32 of 32 differ")
+    monkeypatch.setattr(triton_selftest, "failure", lambda arch="sm90": "bf16 q * k: 32 of 32 differ")
     fn = triton_interp.under(lambda *a, **kw: 1 / 0, "faithful", "k")  # never reached
     with pytest.raises(NotImplementedError, match="does not fit") as err:
         fn()
