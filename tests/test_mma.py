@@ -88,30 +88,38 @@ def _scaled(dtype, n, gen, lo, hi):
     return x.clamp(-fmax, fmax).to(torch.float32).to(dtype).float()
 
 
-def inputs(da, db, dc, P: int, K: int, seed: int):
-    """a (P, K), b (P, K), c (P,): eight row families, generated (see the module docstring)."""
+T = 4  # outputs per tile side: each case is G independent (T x K) @ (K x T) + c products
+
+
+def inputs(da, db, dc, G: int, K: int, seed: int):
+    """a (G, T, K), b (G, K, T), c (G, T, T): eight families of tiles, generated (see the module docstring).
+
+    Built as G*T rows of a and of b (b's rows are its columns) in float32, the values of every operand
+    dtype; a tile's rows and columns share a family, so each of its T*T outputs sees that family."""
     gen = torch.Generator().manual_seed(seed)
-    n = P * K
+    P = G * T
     fa, fb = torch.finfo(da), torch.finfo(db)
     ea_min, eb_min = int(math.log2(fa.smallest_normal)), int(math.log2(fb.smallest_normal))
-    fam = torch.arange(P) % 8
+    fam = (torch.arange(P) // T) % 8
+    fam_c = (torch.arange(G * T * T) // (T * T)) % 8
     a = torch.empty(P, K)
     b = torch.empty(P, K)
-    c = _scaled(dc, P, gen, -8, 8)
+    c = _scaled(dc, G * T * T, gen, -8, 8)
 
-    def put(sel, x, y, cc=None):
+    def put(f, x, y, cc=None):
+        sel = fam == f
         rows = int(sel.sum())
         a[sel] = x(rows * K).view(rows, K)
         b[sel] = y(rows * K).view(rows, K)
         if cc is not None:
-            c[sel] = cc(rows)
+            c[fam_c == f] = cc(rows * T)
 
-    put(fam == 0, lambda m: _scaled(da, m, gen, -4, 4), lambda m: _scaled(db, m, gen, -4, 4))  # random
+    put(0, lambda m: _scaled(da, m, gen, -4, 4), lambda m: _scaled(db, m, gen, -4, 4))  # random
     # exponent spread wider than F (and than the format): every finite code
-    put(fam == 1, lambda m: _finite_bits(da, m, gen), lambda m: _finite_bits(db, m, gen),
+    put(1, lambda m: _finite_bits(da, m, gen), lambda m: _finite_bits(db, m, gen),
         lambda m: _finite_bits(dc, m, gen))
     # subnormal products and the exponent floor: operands near each format's smallest normal, c zero or tiny
-    put(fam == 2, lambda m: _scaled(da, m, gen, ea_min - 4, ea_min + 2),
+    put(2, lambda m: _scaled(da, m, gen, ea_min - 4, ea_min + 2),
         lambda m: _scaled(db, m, gen, eb_min - 4, eb_min + 2),
         lambda m: _scaled(dc, m, gen, -150, -120) * (torch.rand(m, generator=gen) < 0.5).float())
     # cancellation: the second half of each row is minus the first half, plus a small perturbation
@@ -122,26 +130,46 @@ def inputs(da, db, dc, P: int, K: int, seed: int):
     h = K // 2
     x[:, h:] = -x[:, :h]
     y[:, h:] = y[:, :h]
-    x[:, -1] = _scaled(da, rows, gen, -12, -6)
+    half = rows // (2 * T) * T  # the first half of these tiles cancel exactly (c = 0: a zero output)
+    x[half:, -1] = _scaled(da, rows - half, gen, -12, -6)
     a[sel], b[sel] = x, y
-    c[sel] = (-x[:, 0] * y[:, 0]).to(dc).float()  # c cancels a product too
+    x0, y0 = x[:, 0].view(-1, T), y[:, 0].view(-1, T)
+    cc = (-x0[:, :, None] * y0[:, None, :]).to(dc).float()  # the other half: c cancels a product too
+    cc[: half // T] = 0.0
+    c[fam_c == 3] = cc.reshape(-1)
     # overflow: large operands, large c
-    big_a, big_b = int(math.log2(fa.max)), int(math.log2(fb.max))
-    put(fam == 4, lambda m: _scaled(da, m, gen, big_a - 6, big_a), lambda m: _scaled(db, m, gen, big_b - 6, big_b),
-        lambda m: _scaled(dc, m, gen, int(math.log2(torch.finfo(dc).max)) - 2, int(math.log2(torch.finfo(dc).max))))
-    # inf and NaN: every code, specials included (about 1 in 30 fp16 codes, 1 in 128 e4m3)
-    put(fam == 5, lambda m: _bits(da, m, gen), lambda m: _bits(db, m, gen), lambda m: _bits(dc, m, gen))
+    big_a, big_b, big_c = (int(math.log2(torch.finfo(d).max)) for d in (da, db, dc))
+    put(4, lambda m: _scaled(da, m, gen, big_a - 6, big_a), lambda m: _scaled(db, m, gen, big_b - 6, big_b),
+        lambda m: _scaled(dc, m, gen, big_c - 2, big_c))
+    # inf and NaN: every code (specials included), with +-inf and NaN sprinkled in (e4m3fn reads inf as NaN)
+    def special(d, rate):
+        def gen_(m):
+            x = _bits(d, m, gen)
+            u = torch.rand(m, generator=gen)
+            x[u < rate] = torch.inf
+            x[(u >= rate) & (u < 2 * rate)] = -torch.inf
+            x[(u >= 2 * rate) & (u < 2.5 * rate)] = torch.nan
+            return x
+        return gen_
+
+    put(5, special(da, 0.25 / K), special(db, 0.25 / K), special(dc, 0.1))  # about one special per output
+
     # zeros mixed with terms below e_zero (products under 2**-133 / 2**-21 with zeros beside them)
-    sel = fam == 6
-    rows = int(sel.sum())
-    x = _scaled(da, rows * K, gen, ea_min - 3, ea_min + 8).view(rows, K)
-    x[torch.rand(rows, K, generator=gen) < 0.4] = 0
-    a[sel], b[sel] = x, _scaled(db, rows * K, gen, eb_min - 3, eb_min + 8).view(rows, K)
-    c[sel] = 0.0
+    def sparse(m):
+        x = _scaled(da, m, gen, ea_min - 3, ea_min + 8)
+        return x * (torch.rand(m, generator=gen) >= 0.4).float()
+
+    put(6, sparse, lambda m: _scaled(db, m, gen, eb_min - 3, eb_min + 8), lambda m: torch.zeros(m))
     # accumulator dominates: small products against a large c (alignment truncates them)
-    put(fam == 7, lambda m: _scaled(da, m, gen, -8, -2), lambda m: _scaled(db, m, gen, -8, -2),
+    put(7, lambda m: _scaled(da, m, gen, -8, -2), lambda m: _scaled(db, m, gen, -8, -2),
         lambda m: _scaled(dc, m, gen, 4, 10))
-    return a.to(da), b.to(db), c.to(dc)
+    return (a.view(G, T, K).to(da), b.view(G, T, K).transpose(1, 2).to(db), c.view(G, T, T).to(dc))
+
+
+def mmasim_dpa(op, a, b, c):
+    """mmasim on every output of the tiles: a (G, T, K), b (G, K, T) as (G, T, T, K) vectors."""
+    G, _, K = a.shape
+    return op.dpa(a[:, :, None, :].expand(G, T, T, K), b.transpose(1, 2)[:, None, :, :].expand(G, T, T, K), c)
 
 
 def _mismatch(x: torch.Tensor, y: torch.Tensor) -> int:
@@ -151,38 +179,43 @@ def _mismatch(x: torch.Tensor, y: torch.Tensor) -> int:
 
 
 def _shape(arch, da):
-    k = ARCHS[arch].instruction(mma._KIND_OF_DTYPE[da]).k
-    K = 2 * k
-    return -(-PRODUCTS // K), K
+    """(G, K): two instructions' K, and enough tiles for PRODUCTS products."""
+    K = 2 * ARCHS[arch].instruction(mma._KIND_OF_DTYPE[da]).k
+    return -(-PRODUCTS // (K * T * T)), K
 
 
 @pytest.mark.parametrize("arch,da,db,out", cases())
 def test_matches_mmasim_bit_for_bit(arch, da, db, out):
-    P, K = _shape(arch, da)
+    G, K = _shape(arch, da)
     dc = torch.float32 if out == "fp32" else torch.float16
-    a, b, c = inputs(da, db, dc, P, K, seed=zlib.crc32(f"{arch}{da}{db}{out}".encode()))
-    want = oracle(arch, da, db, out).dpa(a, b, c)
-    got = mma.matmul(a[:, None, :], b[:, :, None], c[:, None, None], arch=arch, out_format=out).view(P)
+    a, b, c = inputs(da, db, dc, G, K, seed=zlib.crc32(f"{arch}{da}{db}{out}".encode()))
+    want = mmasim_dpa(oracle(arch, da, db, out), a, b, c)
+    got = mma.matmul(a, b, c, arch=arch, out_format=out)
+    assert G * T * T * K >= 10**5
     bad = _mismatch(got, want)
-    assert P * K >= 10**5
-    assert bad == 0, f"{bad} of {P} outputs ({P * K} products) differ from mmasim; first: " + str(
-        [(i, got[i].item(), want[i].item()) for i in torch.nonzero(got.view(-1) != want.view(-1))[:3, 0].tolist()])
+    where = torch.nonzero(got.view(-1).view(torch.int32 if out == "fp32" else torch.int16)
+                          != want.reshape(-1).view(torch.int32 if out == "fp32" else torch.int16))[:3, 0].tolist()
+    assert bad == 0, f"{bad} of {got.numel()} outputs ({G * T * T * K} products) differ from mmasim; first: " + str(
+        [(i, got.view(-1)[i].item(), want.reshape(-1)[i].item()) for i in where])
+    # the generated families reach what they are for (on every case): NaN, inf, zero, tiny and huge outputs
+    w = want.double()
+    tiny = torch.finfo(dc).smallest_normal
+    assert w.isnan().any() and w.isinf().any() and (w == 0).any()
+    assert ((w.abs() < tiny) & (w != 0)).any() or out == "fp16" or arch == "cdna3" or da != torch.bfloat16
 
 
 @pytest.mark.parametrize("arch,da,db,out", cases())
 def test_reference_equals_compiled(arch, da, db, out):
-    P, K = _shape(arch, da)
-    P //= 4
+    G, K = _shape(arch, da)
     dc = torch.float32 if out == "fp32" else torch.float16
-    a, b, c = inputs(da, db, dc, P, K, seed=7)
-    args = (a[:, None, :], b[:, :, None], c[:, None, None])
-    got = mma.matmul(*args, arch=arch, out_format=out)
-    ref = mma.matmul_reference(*args, arch=arch, out_format=out)
-    assert _mismatch(got, ref) == 0
+    a, b, c = inputs(da, db, dc, G // 4, K, seed=7)
+    got = mma.matmul(a, b, c, arch=arch, out_format=out)
+    assert _mismatch(got, mma.matmul_reference(a, b, c, arch=arch, out_format=out)) == 0
 
 
-@pytest.mark.parametrize("arch,dtype", [("sm90", torch.bfloat16), ("sm80", torch.float16), ("sm89", torch.float8_e4m3fn),
-                                        ("cdna3", torch.float32), ("sm100", torch.float8_e5m2)])
+@pytest.mark.parametrize("arch,dtype", [("sm90", torch.bfloat16), ("sm80", torch.float16),
+                                        ("sm89", torch.float8_e4m3fn), ("cdna3", torch.float32),
+                                        ("sm100", torch.float8_e5m2)])
 def test_matmul_layout_chains_instructions(arch, dtype):
     """A real (batch, M, K) @ (K, N) + c with K not a multiple of the instruction: mmasim's own operation
     instruction by instruction on zero-padded tiles, chained through C, equals one matmul call."""

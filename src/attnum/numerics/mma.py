@@ -36,6 +36,8 @@ runs the compiled kernels of :mod:`attnum.numerics.mma_kernels` (or the referenc
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..errors import AttnumInputError
@@ -91,7 +93,8 @@ def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 def _prepare(a, b, c, arch, out_format):
-    """Validate; return (instruction, batch shape, av, ea, bv, eb (b transposed: (B, N, K)), c64 (B, M, N))."""
+    """Validate; return (instruction, batch shape, av, ea (B, M, K), bv, eb (B, K, N), c64 (B, M, N)): operand
+    values (float64) and exponents (int64), the batch dimensions broadcast and flattened into B."""
     kind = _kind(a, b)
     ar: Arch = get_arch(arch)
     inst: Instruction = ar.instruction(kind)
@@ -122,13 +125,26 @@ def _prepare(a, b, c, arch, out_format):
         c64 = cb.to(torch.float64) if c.dtype == dtype else round_to(cb.to(torch.float64), out_format)
     pad = (-K) % inst.k  # a partial last instruction reads zeros, as a kernel's padded tile
     av, ea = _operand(a)
-    bv, eb = _operand(b.transpose(-1, -2))
+    bv, eb = _operand(b)
     if pad:
-        av, ea, bv, eb = (torch.nn.functional.pad(x, (0, pad)) for x in (av, ea, bv, eb))
-    shape_a, shape_b = (*batch, M, K + pad), (*batch, N, K + pad)
+        av, ea = (torch.nn.functional.pad(x, (0, pad)) for x in (av, ea))
+        bv, eb = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (bv, eb))
+    shape_a, shape_b = (*batch, M, K + pad), (*batch, K + pad, N)
     flat = [x.broadcast_to(s).reshape(-1, *s[-2:]).contiguous() for x, s in
             ((av, shape_a), (ea, shape_a), (bv, shape_b), (eb, shape_b))]
     return inst, batch, *flat, c64.reshape(-1, M, N).contiguous()
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch at one intra-op thread: the element-wise passes here are small, and on a loaded machine an
+    OpenMP team waiting for its cores costs more than the pass itself."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _finish(r: torch.Tensor, batch, out_format: str) -> torch.Tensor:
@@ -149,10 +165,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, a
     what it has."""
     if not jit.enabled():
         return matmul_reference(a, b, c, arch=arch, out_format=out_format)
+    with _one_thread():
+        return _matmul_compiled(a, b, c, arch, out_format)
+
+
+def _matmul_compiled(a, b, c, arch, out_format):
     from . import mma_kernels as mk
 
     inst, batch, av, ea, bv, eb, c64 = _prepare(a, b, c, arch, out_format)
-    ea, eb = ea.to(torch.int32), eb.to(torch.int32)
+    ea, eb = (torch.where(v == 0, mk.ZERO_EXP, e).to(torch.int32) for v, e in ((av, ea), (bv, eb)))
     out = torch.empty_like(c64)
     args = [x.numpy() for x in (av, ea, bv, eb, c64, out)]
     if inst.two_stage:
@@ -169,6 +190,7 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = 
                      out_format: str = "fp32") -> torch.Tensor:
     """:func:`matmul`, plainly: torch, one group of L products at a time over all (batch, M, N) at once."""
     inst, batch, av, ea, bv, eb, r = _prepare(a, b, c, arch, out_format)
+    bv, eb = bv.transpose(1, 2), eb.transpose(1, 2)  # (B, N, K)
     for k0 in range(0, av.shape[-1], inst.L):
         g = slice(k0, k0 + inst.L)
         p = av[:, :, None, g] * bv[:, None, :, g]  # (B, M, N, L) exact products
