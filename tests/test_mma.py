@@ -23,7 +23,8 @@ from mmasim.amd import MFMA  # noqa: E402
 from mmasim.nv_ptx import MMA, WGMMA, TCGen05MMA  # noqa: E402
 
 PRODUCTS = 2**17  # per case: >= 10**5
-F8 = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+F8 = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2", torch.float8_e4m3fnuz: "fp8",
+      torch.float8_e5m2fnuz: "bf8"}
 DT = {"tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -35,6 +36,8 @@ def oracle(arch: str, a_dtype, b_dtype, out: str):
     vendor = ARCHS[arch].vendor_name
     k = {"tf32": 8, "f16": 16, "bf16": 16}.get(ta, 32)
     if arch == "cdna3":
+        if ta in ("fp8", "bf8"):
+            return MFMA("CDNA3", f"f32_16x16x32_{ta}_{tb}")
         return MFMA("CDNA3", {"tf32": "f32_16x16x8_xf32", "f16": "f32_16x16x16_f16", "bf16": "f32_16x16x16_bf16"}[ta])
     if arch == "sm90":
         return WGMMA(vendor, f"m64n8k{k}.{d}.{ta}.{tb}")
@@ -53,8 +56,9 @@ def cases():
     out = []
     for name, arch in ARCHS.items():
         for kind, inst in arch.instructions.items():
-            pairs = ([(torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e5m2, torch.float8_e5m2),
-                      (torch.float8_e4m3fn, torch.float8_e5m2)] if kind == "fp8" else [(DT[kind], DT[kind])])
+            e4, e5 = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz) if kind == "fp8fnuz" else (
+                torch.float8_e4m3fn, torch.float8_e5m2)
+            pairs = [(e4, e4), (e5, e5), (e4, e5)] if kind.startswith("fp8") else [(DT[kind], DT[kind])]
             for da, db in pairs:
                 for of in inst.outputs:
                     out.append(pytest.param(name, da, db, of, id=f"{name}-{str(da)[6:]}-{str(db)[6:]}-{of}"))
@@ -215,7 +219,7 @@ def test_reference_equals_compiled(arch, da, db, out):
 
 @pytest.mark.parametrize("arch,dtype", [("sm90", torch.bfloat16), ("sm80", torch.float16),
                                         ("sm89", torch.float8_e4m3fn), ("cdna3", torch.float32),
-                                        ("sm100", torch.float8_e5m2)])
+                                        ("sm100", torch.float8_e5m2), ("cdna3", torch.float8_e4m3fnuz)])
 def test_matmul_layout_chains_instructions(arch, dtype):
     """A real (batch, M, K) @ (K, N) + c with K not a multiple of the instruction: mmasim's own operation
     instruction by instruction on zero-padded tiles, chained through C, equals one matmul call."""
@@ -253,7 +257,8 @@ def test_aliases_and_broadcast():
 @pytest.mark.parametrize("kwargs,words", [
     (dict(arch="sm80", dtype=torch.float8_e4m3fn), ["fp8", "sm80", "tf32, fp16, bf16"]),
     (dict(arch="volta", dtype=torch.bfloat16), ["bf16", "sm70", "fp16 only"]),
-    (dict(arch="cdna3", dtype=torch.float8_e5m2), ["fp8", "cdna3"]),
+    (dict(arch="cdna3", dtype=torch.float8_e5m2), ["fp8", "cdna3", "float8_e5m2fnuz"]),
+    (dict(arch="sm90", dtype=torch.float8_e4m3fnuz), ["fp8fnuz", "sm90", "tf32, fp16, bf16, fp8 only"]),
     (dict(arch="sm91", dtype=torch.float16), ["arch='sm91'", "hopper"]),
     (dict(arch="sm90", dtype=torch.float64), ["a.dtype=torch.float64"]),
     (dict(arch="sm90", dtype=torch.bfloat16, out_format="fp16"), ["out_format='fp16'", "('fp32',)"]),
@@ -266,6 +271,19 @@ def test_input_errors_name_what_is_allowed(kwargs, words):
         mma.matmul(a, a.T, **kwargs)
     msg = str(e.value)
     assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_plain_reference_when_jit_is_off_and_tensors_as_users_hand_them(monkeypatch):
+    """ATTNUM_JIT=0 runs the reference (same bits); inputs that require grad, are non-contiguous, or are
+    empty go through."""
+    gen = torch.Generator().manual_seed(11)
+    a = _scaled(torch.float32, 8 * 24, gen, -3, 3).view(24, 8).T.requires_grad_()  # (8, 24), transposed view
+    b = _scaled(torch.float32, 24 * 6, gen, -3, 3).view(24, 6)
+    c = torch.randn(8, 6, dtype=torch.float64, requires_grad=True)
+    fast = mma.matmul(a, b, c, arch="sm80")
+    monkeypatch.setenv("ATTNUM_JIT", "0")
+    assert _mismatch(fast, mma.matmul(a, b, c, arch="sm80")) == 0
+    assert mma.matmul(a[:0], b, arch="sm80").shape == (0, 6)
 
 
 def test_mixed_and_shape_errors():

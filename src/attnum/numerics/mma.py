@@ -20,7 +20,9 @@ One group on NVIDIA (MMA-Sim's "T-FDPA"; Khattak & Mikaitis' model is the same):
   inf * 0); a NaN output is the canonical 0x7FFFFFFF (fp32) / 0x7FFF (fp16), as MMA-Sim writes it.
 On CDNA3 (MI300, MMA-Sim's "TR-FDPA"): the products alone are truncated to F = 24 bits and summed; that sum
 and c are aligned by rounding DOWN (F2 + 1 = 32 and 24 bits); the sum is rounded down to 31 fraction bits,
-then to nearest fp32. A product of 2**128 or more is inf.
+then to nearest fp32. A product of 2**128 or more is inf. CDNA3's FP8 (the FNUZ encodings,
+torch.float8_e4m3fnuz / float8_e5m2fnuz; "GTR-FDPA") sums the even and odd products separately, rounds both
+down to the larger one's grid, and drops an accumulator more than F + 1 binades below the sum.
 
 Sources and where they differ. The constants are MMA-Sim's (Xie et al., arXiv 2511.10909; mmasim 2.1.1),
 which is also the test oracle (bit for bit). Khattak & Mikaitis (arXiv 2512.07004) give the same F per
@@ -37,6 +39,7 @@ runs the compiled kernels of :mod:`attnum.numerics.mma_kernels` (or the referenc
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -47,10 +50,11 @@ from .mma_arch import OUT_FORMATS, Arch, Instruction, get_arch
 from .rounding import round_to
 
 _KIND_OF_DTYPE = {torch.float32: "tf32", torch.float16: "fp16", torch.bfloat16: "bf16",
-                  torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
+                  torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8",
+                  torch.float8_e4m3fnuz: "fp8fnuz", torch.float8_e5m2fnuz: "fp8fnuz"}
 # The exponent floor of each operand dtype: its smallest normal binade (subnormals sit in it, below 1).
 _EMIN = {torch.float32: -126, torch.float16: -14, torch.bfloat16: -126, torch.float8_e4m3fn: -6,
-         torch.float8_e5m2: -14}
+         torch.float8_e5m2: -14, torch.float8_e4m3fnuz: -7, torch.float8_e5m2fnuz: -15}
 _OUT = {"fp32": (torch.float32, -126, 127), "fp16": (torch.float16, -14, 15)}  # dtype, emin, emax
 _NAN_BITS = {"fp32": (torch.int32, 0x7FFFFFFF), "fp16": (torch.int16, 0x7FFF)}
 _E8M13 = FloatFormat(ebits=8, mbits=13, name="e8m13")
@@ -70,6 +74,7 @@ def _binade(x: torch.Tensor, emin: int) -> torch.Tensor:
 def _operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """An operand's exact values (float64) and exponents (int64). float32 is read as TF32: the low 13
     mantissa bits are dropped (toward zero), as the tensor core reads an fp32 register."""
+    x = x.detach()
     if x.dtype == torch.float32:
         x = (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
     v = x.to(torch.float64)
@@ -77,7 +82,7 @@ def _operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
-    allowed = "torch.float16, bfloat16, float32 (TF32), float8_e4m3fn or float8_e5m2"
+    allowed = "torch.float16, bfloat16, float32 (TF32), float8_e4m3fn, float8_e5m2 (or the fnuz FP8s, cdna3)"
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, torch.Tensor):
             raise AttnumInputError(f"{name}={type(x).__name__} is not allowed; expected a torch.Tensor")
@@ -86,9 +91,9 @@ def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
         if x.dim() < 2:
             raise AttnumInputError(f"{name}.shape={tuple(x.shape)} is not allowed; expected (..., rows, cols)")
     ka, kb = _KIND_OF_DTYPE[a.dtype], _KIND_OF_DTYPE[b.dtype]
-    if ka != kb or (ka != "fp8" and a.dtype != b.dtype):
+    if ka != kb or (not ka.startswith("fp8") and a.dtype != b.dtype):
         raise AttnumInputError(f"b.dtype={b.dtype} is not allowed with a.dtype={a.dtype}; expected the same "
-                               "dtype (or float8_e4m3fn with float8_e5m2)")
+                               "dtype (or two FP8s of one family: e4m3fn with e5m2, e4m3fnuz with e5m2fnuz)")
     return ka
 
 
@@ -117,7 +122,7 @@ def _prepare(a, b, c, arch, out_format):
             raise AttnumInputError(f"c={type(c).__name__} is not allowed; expected None or a float torch.Tensor")
         try:
             batch = torch.broadcast_shapes(batch, c.shape[:-2]) if c.dim() >= 2 else batch
-            cb = c.broadcast_to((*batch, M, N))
+            cb = c.detach().broadcast_to((*batch, M, N))
         except RuntimeError:
             raise AttnumInputError(f"c.shape={tuple(c.shape)} is not allowed; expected broadcastable to "
                                    f"{(*batch, M, N)}") from None
@@ -130,9 +135,10 @@ def _prepare(a, b, c, arch, out_format):
         av, ea = (torch.nn.functional.pad(x, (0, pad)) for x in (av, ea))
         bv, eb = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (bv, eb))
     shape_a, shape_b = (*batch, M, K + pad), (*batch, K + pad, N)
-    flat = [x.broadcast_to(s).reshape(-1, *s[-2:]).contiguous() for x, s in
+    nb = math.prod(batch)
+    flat = [x.broadcast_to(s).reshape(nb, *s[-2:]).contiguous() for x, s in
             ((av, shape_a), (ea, shape_a), (bv, shape_b), (eb, shape_b))]
-    return inst, batch, *flat, c64.reshape(-1, M, N).contiguous()
+    return inst, batch, *flat, c64.reshape(nb, M, N).contiguous()
 
 
 @contextlib.contextmanager
@@ -176,8 +182,8 @@ def _matmul_compiled(a, b, c, arch, out_format):
     ea, eb = (torch.where(v == 0, mk.ZERO_EXP, e).to(torch.int32) for v, e in ((av, ea), (bv, eb)))
     out = torch.empty_like(c64)
     args = [x.numpy() for x in (av, ea, bv, eb, c64, out)]
-    if inst.two_stage:
-        mk.cdna3_mma(*args, inst.L, inst.F, 31)
+    if inst.adder != "t":
+        mk.cdna3_mma(*args, inst.L, inst.F, 31, inst.adder == "gtr")
     else:
         _, emin, emax = _OUT[out_format]
         mbits = 10 if out_format == "fp16" else inst.fp32_mbits
@@ -195,7 +201,7 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = 
         g = slice(k0, k0 + inst.L)
         p = av[:, :, None, g] * bv[:, None, :, g]  # (B, M, N, L) exact products
         e = ea[:, :, None, g] + eb[:, None, :, g]
-        group = _cdna3_group if inst.two_stage else _nv_group
+        group = _nv_group if inst.adder == "t" else _cdna3_group
         r = group(p, e, r, inst, out_format)
     return _finish(r, batch, out_format)
 
@@ -229,16 +235,28 @@ def _floor_grid(x: torch.Tensor, mbits: int, emin: int) -> torch.Tensor:
 
 
 def _cdna3_group(p, e, c, inst: Instruction, out_format: str) -> torch.Tensor:
-    """One CDNA3 group: the products' truncated sum, then (rounding down) the accumulator, then fp32."""
+    """One CDNA3 group: the products' truncated sum (FP8: two interleaved halves, each rounded down to the
+    larger one's grid), then (rounding down) the accumulator, then fp32."""
+    F = inst.F
     p = torch.where(p.abs() >= 2.0**128, p.sign() * torch.inf, p)  # the product overflows first
     e = torch.where(p == 0, -999, e)
-    e_dot = e.amax(-1)
-    # rounding site "mma.align" (products only), exact integers below 2**(F + 6)
-    dot = torch.trunc(p * _pow2(inst.F - e_dot.clamp(min=-1000 + inst.F))[..., None]).sum(-1)
-    dot = dot * _pow2(e_dot.clamp(min=-1000 + inst.F) - inst.F)
-    e_max = torch.maximum(e_dot, torch.where(c == 0, -126, _binade(c, -126)))
+    halves = [(p[..., 0::2], e[..., 0::2]), (p[..., 1::2], e[..., 1::2])] if inst.adder == "gtr" else [(p, e)]
+    # rounding site "mma.align" (products only): integers n of 2**(e_h - F) per half
+    sums = []
+    for ph, eh in halves:
+        e_h = eh.amax(-1)
+        sums.append((torch.trunc(ph / _pow2(e_h.clamp(min=-1000 + F) - F)[..., None]).sum(-1), e_h))
+    e_dot = torch.stack([e_h for _, e_h in sums]).amax(0)
+    # rounding site "mma.align_halves": each half down to e_dot's F-bit grid (one half: exact)
+    dot = sum(torch.floor(n * _pow2((e_h - e_dot).clamp(min=-1000))) for n, e_h in sums)
+    dot = dot * _pow2(e_dot.clamp(min=-1000 + F) - F)
+    ec = torch.where(c == 0, -126, _binade(c, -126))  # an inf or NaN c: -1 (its frexp exponent), as MMA-Sim
+    e_max = torch.maximum(e_dot, ec)
     # rounding site "mma.align_down": the dot sum to 32 and c to 24 fraction bits below e_max, rounding down
-    q_dot, q_c = _pow2(e_max - 32), _pow2(e_max - inst.F)
-    s = torch.floor(dot / q_dot) * q_dot + torch.floor(c / q_c) * q_c
+    q_dot, q_c = _pow2(e_max - 32), _pow2(e_max - F)
+    c_part = torch.floor(c / q_c) * q_c
+    if inst.adder == "gtr":  # FP8: an accumulator more than F + 1 binades below the sum is dropped
+        c_part = torch.where(ec < e_max - F - 1, 0.0, c_part)
+    s = torch.floor(dot / q_dot) * q_dot + c_part
     # rounding site "mma.normalize": down to 31 fraction bits, then nearest fp32 (inf past its range)
     return round_to(_floor_grid(s, 31, -126), "fp32")

@@ -13,8 +13,11 @@ Hopper (F = 13, an fp32 output truncated to e8m13) agree with Khattak & Mikaitis
   is not "absent", it pulls the alignment exponent up to this floor and truncates terms below it.
 - ``fp32_mbits``: fraction bits of the fp32 output (23, or 13 for the "FP22" e8m13 output of FP8 on
   Ada/Hopper), rounded toward zero; the fp16 output is rounded to nearest even.
-- ``two_stage`` (CDNA3): the products are summed first (truncated to F = 24), then aligned with the
-  accumulator by rounding down, the sum rounded down to 31 fraction bits, then to nearest fp32.
+- ``adder``: ``"t"`` (NVIDIA: one truncating multi-term adder over the products and c); ``"tr"`` (CDNA3
+  fp16/bf16/xf32: the products are summed first, truncated to F = 24, then aligned with the accumulator
+  by rounding down, the sum rounded down to 31 fraction bits, then to nearest fp32); ``"gtr"`` (CDNA3
+  FP8: as ``"tr"`` with the products summed in two interleaved halves (even and odd k), each aligned to
+  the larger of the two rounding down, and an accumulator more than F + 1 binades below the sum dropped).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from dataclasses import dataclass, field
 
 from ..errors import AttnumInputError
 
-OPERAND_KINDS = ("tf32", "fp16", "bf16", "fp8")
+OPERAND_KINDS = ("tf32", "fp16", "bf16", "fp8", "fp8fnuz")
+ADDERS = ("t", "tr", "gtr")
 OUT_FORMATS = ("fp32", "fp16")
 
 
@@ -38,13 +42,15 @@ class Instruction:
     e_zero32: int
     e_zero16: int | None = None  # None: no fp16 output
     fp32_mbits: int = 23
-    two_stage: bool = False  # CDNA3's products-then-accumulator summation
+    adder: str = "t"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.k, int) and isinstance(self.L, int) and self.L >= 1 and self.k % self.L == 0):
             raise AttnumInputError(f"k={self.k!r}, L={self.L!r} is not allowed; expected k a positive multiple of L")
         if not isinstance(self.F, int) or not 1 <= self.F <= 30:
             raise AttnumInputError(f"F={self.F!r} is not allowed; expected an integer in 1..30")
+        if self.adder not in ADDERS:
+            raise AttnumInputError(f"adder={self.adder!r} is not allowed; expected one of {ADDERS}")
         if self.fp32_mbits not in (13, 23):
             raise AttnumInputError(f"fp32_mbits={self.fp32_mbits!r} is not allowed; expected 13 or 23")
 
@@ -60,7 +66,8 @@ class Arch:
     name: str
     aliases: tuple[str, ...]
     vendor_name: str  # MMA-Sim's name for it
-    instructions: dict[str, Instruction] = field(default_factory=dict)
+    instructions: dict[str, Instruction] = field(default_factory=dict, hash=False)  # the name identifies it
+    note: str = ""  # added to the error for an operand type it lacks
 
     def __post_init__(self) -> None:
         bad = set(self.instructions) - set(OPERAND_KINDS)
@@ -72,7 +79,7 @@ class Arch:
         if kind not in self.instructions:
             raise AttnumInputError(
                 f"operand type {kind!r} on arch={self.name!r} is not allowed: {self.name} ({self.vendor_name}) has "
-                f"matrix instructions for {', '.join(self.instructions)} only")
+                f"matrix instructions for {', '.join(self.instructions)} only{self.note}")
         return self.instructions[kind]
 
 
@@ -115,11 +122,14 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
         "fp16": _nv("mma.sync.m16n8k16.f16", 16, 16, **_H),
         "bf16": _nv("mma.sync.m16n8k16.bf16", 16, 16, _H["F"], _H["ez32"], None),
         "fp8": _nv("mma.sync.m16n8k32.f8", 32, 32, **_H)}),
-    # CDNA3 (MI300): fp32 output only; float32 operands run as xf32 (v_mfma_f32_16x16x8_xf32, TF32-truncated).
+    # CDNA3 (MI300): fp32 output only; float32 operands run as xf32 (v_mfma_f32_16x16x8_xf32, TF32-truncated);
+    # its FP8 is the FNUZ encodings (torch.float8_e4m3fnuz / float8_e5m2fnuz, "fp8"/"bf8" in the ISA).
     Arch(name="cdna3", aliases=("mi300",), vendor_name="CDNA3", instructions={
-        "tf32": Instruction(name="v_mfma_f32_16x16x8_xf32", k=8, L=4, F=24, e_zero32=-999, two_stage=True),
-        "fp16": Instruction(name="v_mfma_f32_16x16x16_f16", k=16, L=8, F=24, e_zero32=-999, two_stage=True),
-        "bf16": Instruction(name="v_mfma_f32_16x16x16_bf16", k=16, L=8, F=24, e_zero32=-999, two_stage=True)}),
+        "tf32": Instruction(name="v_mfma_f32_16x16x8_xf32", k=8, L=4, F=24, e_zero32=-999, adder="tr"),
+        "fp16": Instruction(name="v_mfma_f32_16x16x16_f16", k=16, L=8, F=24, e_zero32=-999, adder="tr"),
+        "bf16": Instruction(name="v_mfma_f32_16x16x16_bf16", k=16, L=8, F=24, e_zero32=-999, adder="tr"),
+        "fp8fnuz": Instruction(name="v_mfma_f32_16x16x32_fp8", k=32, L=16, F=24, e_zero32=-999, adder="gtr")},
+        note=" (its FP8 takes torch.float8_e4m3fnuz / float8_e5m2fnuz)"),
 )}
 _BY_ALIAS = {alias: a for a in ARCHS.values() for alias in (a.name, *a.aliases)}
 

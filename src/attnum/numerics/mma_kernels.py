@@ -107,14 +107,23 @@ if jit.numba is not None:
                             r[j] = x
                 out[ib, i, :] = r
 
-    @njit(cache=True, nogil=True, error_model="numpy")
-    def cdna3_mma(av, ea, bv, eb, c, out, L, F, F2):
-        """CDNA3's two-stage dot product (MMA-Sim's TR-FDPA), chained over K in groups of L.
+    @njit(inline="always", cache=True, error_model="numpy")
+    def _floor_shift(x, s):
+        """floor(x / 2**s) of an int64 for s >= 0."""
+        if s > 62:
+            return np.int64(-1) if x < 0 else np.int64(0)
+        return x >> s
 
-        Per group: the L products truncated to F bits below their largest exponent and summed; that sum
-        and the fp32 accumulator aligned to the larger exponent, rounding DOWN (floor) to F2 + 1 and F
-        bits; their sum rounded down to F2 fraction bits, then to nearest fp32. A product of 2**128 or
-        more is inf (it overflows before the adder)."""
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def cdna3_mma(av, ea, bv, eb, c, out, L, F, F2, split):
+        """CDNA3's two-stage dot product (MMA-Sim's TR-FDPA; GTR-FDPA when ``split``), chained over K.
+
+        Per group: the L products truncated to F bits below their largest exponent and summed (``split``:
+        the even and odd k separately, then both rounded down to the larger exponent's F-bit grid); that
+        sum and the fp32 accumulator aligned to the larger exponent, rounding DOWN (floor) to F2 + 1 and F
+        bits (``split``: an accumulator more than F + 1 binades below is dropped, even an inf or NaN one,
+        whose exponent the model takes as -1); their sum rounded down to F2 fraction bits, then to nearest
+        fp32. A product of 2**128 or more is inf (it overflows before the adder)."""
         nb, M, K = av.shape
         N = bv.shape[2]
         big = 2.0**128
@@ -123,33 +132,47 @@ if jit.numba is not None:
                 for j in range(N):
                     r = c[ib, i, j]
                     for k0 in range(0, K, L):
-                        spec = 0.0 if _finite(r) else r
-                        edot = -999
+                        pspec = 0.0
+                        em0 = em1 = -999
                         for k in range(k0, k0 + L):
                             p = av[ib, i, k] * bv[ib, k, j]
-                            if p != 0.0 and _finite(p):
-                                edot = max(edot, ea[ib, i, k] + eb[ib, k, j])
                             if not _finite(p):
-                                spec += p
+                                pspec += p
                             elif abs(p) >= big:
-                                spec += np.inf if p > 0 else -np.inf
+                                pspec += np.inf if p > 0 else -np.inf
+                            elif p != 0.0:
+                                e = ea[ib, i, k] + eb[ib, k, j]
+                                if split and (k - k0) & 1:
+                                    em1 = max(em1, e)
+                                else:
+                                    em0 = max(em0, e)
+                        if not _finite(r):
+                            ec = -1
+                        elif r == 0.0:
+                            ec = -126
+                        else:
+                            ec = max(_binade(abs(r)), -126)
+                        edot = max(em0, em1)
+                        em = max(edot, ec)
+                        dropped = split and ec < em - F - 1
+                        spec = pspec if dropped or _finite(r) else pspec + r
                         if spec != 0.0:
                             r = spec
                             continue
-                        scale = _pow2(F - edot) if edot > -999 else 0.0
-                        acc = np.int64(0)
+                        s0 = _pow2(F - em0) if em0 > -999 else 0.0
+                        s1 = _pow2(F - em1) if em1 > -999 else 0.0
+                        acc0 = np.int64(0)
+                        acc1 = np.int64(0)
                         for k in range(k0, k0 + L):
-                            acc += np.int64(av[ib, i, k] * bv[ib, k, j] * scale)
-                        ec = -126 if r == 0.0 else max(_binade(abs(r)), -126)
-                        em = max(edot, ec)
+                            p = av[ib, i, k] * bv[ib, k, j]
+                            if split and (k - k0) & 1:
+                                acc1 += np.int64(p * s1)
+                            else:
+                                acc0 += np.int64(p * s0)
+                        d = _floor_shift(acc0, edot - em0) + _floor_shift(acc1, edot - em1)  # units 2**(edot-F)
                         sh = edot - em + (F2 + 1 - F)  # the dot sum in units of 2**(em - F2 - 1)
-                        if sh >= 0:
-                            d = acc << sh
-                        elif sh < -62:
-                            d = np.int64(-1) if acc < 0 else np.int64(0)
-                        else:
-                            d = acc >> (-sh)  # arithmetic shift: floor
-                        cu = np.int64(np.floor(r * _pow2(F - em)))
+                        d = d << sh if sh >= 0 else _floor_shift(d, -sh)
+                        cu = np.int64(0) if dropped else np.int64(np.floor(r * _pow2(F - em)))
                         S = d + (cu << (F2 + 1 - F))
                         x0 = em - F2 - 1
                         if S == 0:
