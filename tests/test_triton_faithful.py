@@ -85,7 +85,7 @@ def test_self_test_passes_and_the_raw_interpreter_fails_it():
     needs_triton()
     code = ("import json; from attnum.kernels import triton_selftest as s\n"
             "faithful = [(c.name, c.ok) for c in s.run()]\n"
-            "raw = [(n, s._bits_equal(g, w)[0]) for n, g, w in s._checks()]\n"
+            "raw = [(n, s._bits_equal(g, w)[0]) for n, g, w, *_ in s._checks()]\n"
             "print(json.dumps({'faithful': faithful, 'raw': raw}))")
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin", **{k: v for k, v in __import__("os").environ.items()
                                                                  if k in ("PYTHONPATH", "HOME", "VIRTUAL_ENV")}}
@@ -185,7 +185,7 @@ def test_a_triton_the_model_does_not_fit_makes_every_case_unsupported(monkeypatc
     from attnum.audit.harness import raised
     from attnum.kernels import triton_interp, triton_selftest
 
-    monkeypatch.setattr(triton_selftest, "failure", lambda: "bf16 q * k: 32 of 32 differ")
+    monkeypatch.setattr(triton_selftest, "failure", lambda arch="sm90": "bf16 q * k: 32 of 32 differ")
     fn = triton_interp.under(lambda *a, **kw: 1 / 0, "faithful", "k")  # never reached
     with pytest.raises(NotImplementedError, match="does not fit") as err:
         fn()

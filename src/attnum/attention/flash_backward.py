@@ -87,6 +87,9 @@ def flash_backward(
     (a no-op for values already on the ``inputs`` grid).
     """
     policy = parse_policy(policy)
+    if policy.mma is not None:
+        raise AttnumInputError(f"policy mma={policy.mma} is not allowed in flash_backward; the tensor-core model "
+                               "runs the forward's matmuls only (mma=none for the backward)")
     if Bc < 1 or (Br is not None and Br < 1):
         raise AttnumInputError(f"Bc={Bc}, Br={Br} are not allowed; expected positive tile sizes")
     B, H, G, N, S, d, dv = masks.check_qkv(q_BHNd, k_BGSd, v_BGSdv)

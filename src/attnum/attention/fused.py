@@ -170,6 +170,8 @@ def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     if not policy.exp.fits_in(policy.probs):  # P as fed to the P V matmul (after its row sum is taken)
         _round_site_(p, policy, "probs")
+    if steps.mma_accumulates(policy):  # O is the P V MMA's accumulator (steps.pv_onto)
+        return m_new, l, steps.pv_onto(acc, alpha, p, v_j, policy, p_grid=policy.probs)
     pv = _pv(p, v_j, policy, ws)
     R, dv = acc.numel() // acc.shape[-1], acc.shape[-1]
     acc_update_(acc.view(R, dv).numpy(), alpha.reshape(R).contiguous().numpy(), pv.view(R, dv).numpy(),
@@ -181,7 +183,7 @@ def _pv(p, v_j, policy: Policy, ws):
     """P V_j (the policy's matmul), a native product written into a kept buffer (same bits, no fresh
     allocation per tile); contiguous."""
     shape = (*torch.broadcast_shapes(p.shape[:-2], v_j.shape[:-2]), p.shape[-2], v_j.shape[-1])
-    return steps.matmul(p, v_j, policy, out=ws.get("pv", shape, p.dtype, p.device)).contiguous()
+    return steps.matmul(p, v_j, policy, out=ws.get("pv", shape, p.dtype, p.device), sites=("probs", "inputs")).contiguous()
 
 
 def _fa4_exp(q, k_j, tile, scale: float, m, policy: Policy, buf):

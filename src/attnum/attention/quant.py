@@ -43,12 +43,15 @@ FA3_P_SCALE = 256.0
 FP8_GRANULARITIES = ("tensor", "head", "block")
 
 
-def fp8_policy(fmt: str, out: str | FloatFormat = "bf16", softmax: str | FloatFormat = "fp32") -> Policy:
-    """The sites of FP8 attention: Q, K, V and P in ``fmt``; the GEMMs accumulate in fp32; scores,
+def fp8_policy(fmt: str, out: str | FloatFormat = "bf16", softmax: str | FloatFormat = "fp32",
+               mma: str | None = None) -> Policy:
+    """The sites of FP8 attention: Q, K, V and P in ``fmt``; the GEMMs accumulate in fp32 (or, with
+    ``mma``, as that architecture's tensor cores: ``sm90`` is Hopper's FP8 wgmma); scores,
     exponentials, statistics and the accumulator in ``softmax`` (fp32 in FA3); output in ``out``."""
     w = get_format(softmax)
+    name = f"fp8:{fmt},softmax={w.name}" + (f",mma={mma}" if mma else "")
     return Policy(inputs=fmt, scores=w, exp=w, probs=fmt, row_sum=w, rescale=w, acc="fp32", out="fp32",
-                  matmul_acc="fp32", normalize="reciprocal", name=f"fp8:{fmt},softmax={w.name}")
+                  matmul_acc="fp32", normalize="reciprocal", mma=mma, name=name)
 
 
 @steps.no_autocast
@@ -72,6 +75,7 @@ def fp8_attention(
     out: str | FloatFormat = "bf16",
     saturate: bool = False,
     return_stats: bool = False,
+    mma: str | None = None,
 ):
     """FlashAttention-3's FP8 forward (Shah et al. 2024, Sec. 3.3) -> (B, H, N, dv) float32 on ``out``'s grid.
 
@@ -85,6 +89,11 @@ def fp8_attention(
     4. O = acc * (1 / l), rounded to ``out`` (bf16).
     ``return_stats``: also a dict with each input's overflow count and how many non-zero P
     underflowed to 0 in ``fmt`` (the P-collapse of arXiv 2606.06521).
+    ``mma`` (e.g. ``sm90``): both GEMMs as that architecture's tensor-core instructions
+    (:mod:`attnum.numerics.mma_sites`). With one V scale for every tile (``tensor`` / ``head``) O is then
+    the P V instruction's accumulator across all tiles, as in FA3 (``flash::gemm`` onto ``tOrO`` after
+    ``rescale_o``), and v_scale / p_scale is applied once at the end; with per-tile V scales (``block``)
+    each tile's product starts from zero and is scaled and added in fp32.
     """
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     if granularity not in FP8_GRANULARITIES:
@@ -98,7 +107,7 @@ def fp8_attention(
     mk = masks.masking(attn_mask, is_causal, (B, H, N, S), causal_alignment=causal_alignment, window=window)
     q, k = _incoherent(q, k, incoherent, seed, d)
     qq, kq, vq = quantize(q, cfg), quantize(k, cfg), quantize(v, cfg)
-    policy = fp8_policy(cfg.fmt, out)
+    policy = fp8_policy(cfg.fmt, out, mma=mma)
     c, dev = torch.float32, q.device
     q8 = qq.values.to(c)
     k8, v8 = (masks.expand_kv(t.values.to(c), H) for t in (kq, vq))
@@ -108,6 +117,7 @@ def fp8_attention(
     l = torch.zeros((B, H, N, 1), dtype=c, device=dev)  # l_i
     acc = torch.zeros((B, H, N, dv), dtype=c, device=dev)  # O_i (unnormalized)
     underflow = nonzero = 0
+    onto = policy.mma is not None and sv.shape[-2] == 1
     for j in order:
         j0, j1 = j * block, min(S, (j + 1) * block)
         sk_j = sk if sk.shape[-2] == 1 else sk[..., j0:j1, :]
@@ -124,10 +134,17 @@ def fp8_attention(
         if return_stats:
             underflow += int(((p > 0) & (p8 == 0)).sum())
             nonzero += int((p > 0).sum())
-        pv = steps.matmul(p8, v8[:, :, j0:j1], policy)
+        if onto:  # O is the P V instruction's accumulator (FA3); the V descale comes at the end
+            acc = steps.matmul(p8, v8[:, :, j0:j1], policy, sites=("probs", "inputs"),
+                               c=policy.round("acc", acc.mul_(alpha)))
+            m = m_new
+            continue
+        pv = steps.matmul(p8, v8[:, :, j0:j1], policy, sites=("probs", "inputs"))
         pv = pv.mul_(policy.round("acc", sv_j.to(torch.float64) / p_scale).to(c))
         acc = policy.round("acc", acc.mul_(alpha).add_(pv))
         m = m_new
+    if onto:
+        acc = acc.mul_(policy.round("acc", sv.to(torch.float64) / p_scale).to(c))
     o = steps.zero_empty_rows_(acc * policy.round("row_sum", 1.0 / l), l)
     o = round_to(o, out)
     if not return_stats:
@@ -154,11 +171,13 @@ def fp8_baseline_attention(
     out: str | FloatFormat = "bf16",
     saturate: bool = False,
     return_stats: bool = False,
+    mma: str | None = None,
 ):
     """Baseline FP8 attention: per-tensor scales, materialized scores and softmax (the core's
     :func:`baseline_attention` on the quantized values, its scale the descale
     ``scale * q_scale * k_scale``), the normalized P cast straight to ``fmt`` for the P V GEMM
-    (as FA3's FP8 test reference, ``intermediate_dtype=fp8``), O * v_scale rounded to ``out``.
+    (as FA3's FP8 test reference, ``intermediate_dtype=fp8``), O * v_scale rounded to ``out``. ``mma``: both
+    GEMMs as that architecture's tensor-core instructions (the P V over all S keys in one product).
     """
     B, H, _, N, S, d, dv = masks.check_qkv(q, k, v)
     cfg = _fp8_config(fmt, "tensor", 128, saturate)
@@ -168,7 +187,7 @@ def fp8_baseline_attention(
     descale = float(round_to(torch.tensor(scale * qq.scales.item() * kq.scales.item(), dtype=torch.float64), _FP32))
     o = baseline_attention(qq.values.float(), kq.values.float(), vq.values.float(), attn_mask=attn_mask,
                            is_causal=is_causal, scale=descale, causal_alignment=causal_alignment, window=window,
-                           policy=fp8_policy(cfg.fmt, out, softmax))
+                           policy=fp8_policy(cfg.fmt, out, softmax, mma=mma))
     o = round_to(o * vq.scales.float(), out)
     if not return_stats:
         return o

@@ -11,8 +11,8 @@ import torch
 
 from attnum.attention.qformats import _INT_GRID
 from attnum.errors import bad_value
-from attnum.numerics.formats import get_format
-from attnum.numerics.lowbit import INT_MAX, LowBit
+from attnum.numerics.formats import get_format, torch_dtype
+from attnum.numerics.lowbit import ACC_ARCHES, INT_MAX, LowBit
 from attnum.numerics.mx import BlockFormat, block_quantize, get_block_format
 from attnum.numerics.rounding import round_to
 
@@ -161,6 +161,12 @@ def mma_pv(p_BHnS: torch.Tensor, v_BHSd: torch.Tensor, lb: LowBit, acc: torch.Te
     (site: pv_acc). ``acc``: a running accumulator to continue (one-level accumulation), else it
     starts at 0 (a tile of two-level accumulation)."""
     fmt = lb.acc_format
+    if lb.pv_acc in ACC_ARCHES:  # the architecture's MMA instructions (values exact in the pv dtype)
+        from attnum.numerics import mma
+
+        dt = torch_dtype(lb.pv)
+        out = mma.matmul(p_BHnS.to(dt), v_BHSd.to(dt), None if acc is None else acc.float(), arch=lb.pv_acc)
+        return out.to(p_BHnS.dtype)
     if lb.pv == "int8" and acc is None:
         return p_BHnS @ v_BHSd  # int8 x int8 into int32: exact (127 * 127 * Bc < 2**24 in fp32)
     if fmt.name == "fp32" and acc is None:

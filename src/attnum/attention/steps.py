@@ -81,27 +81,41 @@ def elementwise_single_thread():
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None,
-           rnd=round_to) -> torch.Tensor:
+           rnd=round_to, *, sites: tuple[str, str] = ("inputs", "inputs"), c: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """a @ b under the policy's matmul model (:func:`_matmul`). ``sites``: the rounding sites whose
+    formats a and b lie on (``("probs", "inputs")`` for P V), which an ``mma`` policy casts them to.
+    ``c``: an fp32 accumulator the product is added to inside the MMA (``mma`` policies only)."""
     outer = getattr(_OUTER, "n", None)
     if outer and a.device.type == "cpu":
         torch.set_num_threads(outer)
         try:
-            return _matmul(a, b, policy, out, rnd)
+            return _matmul(a, b, policy, out, rnd, sites, c)
         finally:
             torch.set_num_threads(1)
-    return _matmul(a, b, policy, out, rnd)
+    return _matmul(a, b, policy, out, rnd, sites, c)
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor | None = None,
-            rnd=round_to) -> torch.Tensor:
+            rnd=round_to, sites: tuple[str, str] = ("inputs", "inputs"), c: torch.Tensor | None = None
+            ) -> torch.Tensor:
     """a @ b under the policy's accumulation model (unrounded at the output site).
 
     exact/native: one BLAS call in the carrier. emulated: the reduction dimension is summed
     ``reduction_chunk`` products at a time exactly (float64), each partial sum added into an
     accumulator rounded to ``matmul_acc``. ``out``: a buffer to write a native product into.
     ``rnd``: how the accumulator rounds (``round_ste`` when the caller is differentiated).
+    mma: :func:`attnum.numerics.mma_sites.matmul` of ``policy.mma`` (not differentiable).
     """
-    if policy.matmul_mode != "emulated":
+    mode = policy.matmul_mode
+    if mode == "mma":
+        from attnum.numerics import mma_sites
+
+        return mma_sites.matmul(a, b, arch=policy.mma, a_fmt=getattr(policy, sites[0]), b_fmt=getattr(policy, sites[1]),
+                                c=c, a_site=sites[0], b_site=sites[1])
+    if c is not None:
+        raise ValueError("an accumulator c is only fed to the product under an mma policy")
+    if mode != "emulated":
         return torch.matmul(a, b, out=out) if out is not None else a @ b
     chunk = policy.reduction_chunk or 1
     k = a.shape[-1]
@@ -155,10 +169,11 @@ def prescale(q: torch.Tensor, scale: float, policy: Policy) -> tuple[torch.Tenso
     saved per tile). Otherwise the scale stays where the kernels apply it: after the matmul.
     The one difference: a dot product whose partial sums fall below the carrier's smallest
     normal (|x| < 2**-126 in float32) rounds on the subnormal grid of the scaled value. An
-    emulated accumulator format has a far narrower range, so there the scale is never moved.
+    emulated accumulator format has a far narrower range, so there the scale is never moved; nor
+    under an ``mma`` policy (its exponent floor and fp8 operand grids do not commute with a scale).
     """
     mant, _ = math.frexp(scale)
-    if mant != 0.5 or q.numel() == 0 or policy.matmul_mode == "emulated":
+    if mant != 0.5 or q.numel() == 0 or policy.matmul_mode in ("emulated", "mma"):
         return q, scale
     finfo = torch.finfo(q.dtype)
     hi, lo = _abs_range(q)
@@ -248,7 +263,24 @@ def pv(
     """
     if p_grid is None or not p_grid.fits_in(policy.probs):
         p_BHNS = round_site_(policy, "probs", p_BHNS, ws) if ws is not None else rnd(p_BHNS, policy.probs)
-    return rnd(matmul(p_BHNS, v_BHSd, policy, rnd=rnd), policy.acc)
+    return rnd(matmul(p_BHNS, v_BHSd, policy, rnd=rnd, sites=("probs", "inputs")), policy.acc)
+
+
+def mma_accumulates(policy: Policy) -> bool:
+    """True when flash's P V product accumulates onto O inside the MMA: an ``mma`` policy whose ``acc``
+    is fp32, the instruction's accumulator (FlashAttention-2/3 rescale O, then pass it to the P V
+    MMA as its C operand). Otherwise the tile's product is formed from a zero accumulator and added."""
+    return policy.mma is not None and policy.acc.name == "fp32"
+
+
+def pv_onto(acc_BHNd: torch.Tensor, alpha_BHN1: torch.Tensor, p_BHNS: torch.Tensor, v_BHSd: torch.Tensor,
+            policy: Policy, ws: Workspace | None = None, p_grid: FloatFormat | None = None) -> torch.Tensor:
+    """round(acc * alpha) then P V added onto it by the MMA (:func:`mma_accumulates`); returns the new
+    acc (fp32 values). P is rounded at ``probs`` first unless ``p_grid`` fits it."""
+    if p_grid is None or not p_grid.fits_in(policy.probs):
+        p_BHNS = round_site_(policy, "probs", p_BHNS, ws) if ws is not None else round_to(p_BHNS, policy.probs)
+    acc_BHNd = policy.round("acc", acc_BHNd.mul_(alpha_BHN1))
+    return policy.round("acc", matmul(p_BHNS, v_BHSd, policy, sites=("probs", "inputs"), c=acc_BHNd))
 
 
 def round_site_(policy: Policy, site: str, x: torch.Tensor, ws: Workspace) -> torch.Tensor:

@@ -54,7 +54,8 @@ class AuditConfig:
     a child process (attnum.audit.isolate), so a crash, hang or exit becomes a verdict. target: a
     name, or None when the callable is passed to ``run_audit`` directly. numerics: the arithmetic of
     interpreted Triton kernels ("faithful": the GPU's, "raw": Triton's interpreter as is,
-    "faithful-ex2-approx"; see attnum.kernels.triton_faithful). emulation: a policy naming the
+    "faithful-ex2-approx"; see attnum.kernels.triton_faithful). arch: the GPU whose tensor cores an
+    interpreted kernel's tl.dot runs on under faithful numerics (sm80, sm89, sm90, sm100). emulation: a policy naming the
     target's designed arithmetic (``sage1``) to judge forward cases against instead of the rule, ""
     to turn a declared one off, None to take the target's declaration (attnum.audit.emulated).
     """
@@ -73,6 +74,7 @@ class AuditConfig:
     timeout: float = DEFAULT_TIMEOUT
     isolate: bool = True
     numerics: str = "faithful"
+    arch: str = "sm90"
     emulation: str | None = None
 
     def __post_init__(self) -> None:
@@ -82,6 +84,9 @@ class AuditConfig:
         from attnum.kernels.triton_interp import check_numerics
 
         check_numerics(self.numerics)
+        from attnum.kernels.triton_model import check_arch
+
+        object.__setattr__(self, "arch", check_arch(self.arch))
         object.__setattr__(self, "dtypes", parse_dtypes(self.dtypes))
         if self.device not in DEVICES:
             raise bad_value("device", self.device, f"one of {DEVICES}")

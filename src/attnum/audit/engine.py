@@ -234,7 +234,7 @@ def numerics_label(config: AuditConfig, fn: Callable | None = None) -> str:
     from attnum.kernels.registry import interpreted_triton
 
     if config.target and interpreted_triton(config.target, config.device):
-        return triton_interp.label(config.numerics)
+        return triton_interp.label(config.numerics, config.arch)
     return "native"
 
 

@@ -77,7 +77,8 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
             t_probe = time.perf_counter()
             if server is None:
                 server = KernelServer("attention", config.target, device=config.device, timeout=config.timeout,
-                                      threads=torch.get_num_threads(), numerics=config.numerics)
+                                      threads=torch.get_num_threads(), numerics=config.numerics,
+                                      arch=config.arch)
                 try:
                     info = server.start()  # AttnumInputError: the name does not resolve (exit 2)
                 except TargetGone as gone:

@@ -56,7 +56,8 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     if target is None:
         from attnum.kernels.registry import resolve
 
-        resolved = resolve(config.target, config.device, param="target", numerics=config.numerics)
+        resolved = resolve(config.target, config.device, param="target", numerics=config.numerics,
+                           arch=config.arch)
         target, available, reason, declared = resolved.fn, resolved.available, resolved.reason, resolved.declared
     else:
         declared = conventions.declared(target)

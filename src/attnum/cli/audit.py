@@ -67,6 +67,10 @@ def register(app: typer.Typer) -> None:
                                           "TRITON_DEFAULT_FP_FUSION=0; verdicts say "
                                           "triton-interp:nvidia-sm90[,fp-fusion]), raw "
                                           "(Triton's interpreter as is) or faithful-ex2-approx"),
+        arch: str = typer.Option("sm90", "--arch",
+                                 help="the GPU whose tensor cores interpreted Triton kernels' tl.dot runs on under "
+                                      "faithful numerics: sm80, sm89 (mma.sync), sm90 (wgmma) or sm100 (tcgen05); "
+                                      "verdicts say triton-interp:nvidia-ARCH"),
         emulation: str | None = typer.Option(None, "--emulation",
                                              help="judge forward cases against attnum's emulation of the kernel's "
                                                   "designed arithmetic (a policy, e.g. sage1) instead of the dtype's "
@@ -87,7 +91,7 @@ def register(app: typer.Typer) -> None:
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
-                          numerics=numerics, emulation=emulation)
+                          numerics=numerics, arch=arch, emulation=emulation)
         if html_file is not None:
             check_writable(html_file, "--html")
         from attnum.audit.runner import plan

@@ -256,13 +256,15 @@ def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]
 
 
 def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | None = None,
-            block_k: int | None = None, param: str = "attention", numerics: str = "faithful") -> Target:
+            block_k: int | None = None, param: str = "attention", numerics: str = "faithful",
+            arch: str = "sm90") -> Target:
     """Resolve ``spec`` for ``device`` (None: whichever device the tensors will be on).
 
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
     ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
     arithmetic of Triton's interpreter for interpreted Triton targets
-    (:data:`attnum.kernels.triton_interp.NUMERICS`). Raises AttnumInputError (naming ``param``) for
+    (:data:`attnum.kernels.triton_interp.NUMERICS`); ``arch``: the GPU whose tensor cores their ``tl.dot``
+    runs on (:data:`attnum.kernels.triton_model.ARCHES`). Raises AttnumInputError (naming ``param``) for
     an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
@@ -277,7 +279,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         kern = KERNELS[spec]
         fn = kern.fn
         if ok and kern.triton and interpreted_triton(spec, device):
-            fn = triton_interp.serving_under(kern.fn, numerics)
+            fn = triton_interp.serving_under(kern.fn, numerics, arch)
         declared = {"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows}
         if kern.emulation:
             declared["emulation"] = kern.emulation
@@ -290,7 +292,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = serving.reference(policy)
     elif sep and kind == triton_interp.PREFIX:  # a user's Triton kernel under TRITON_INTERPRET=1, on CPU
         ok, why = _status(spec, triton_interp.DEVICES, triton_interp.PACKAGE, device)
-        fn = triton_interp.load(policy, spec, numerics=numerics) if ok else None
+        fn = triton_interp.load(policy, spec, numerics=numerics, arch=arch) if ok else None
         return Target(name=spec, fn=fn, available=ok, reason=why, declared=conventions.declared(fn) if ok else {})
     elif user.is_user_spec(spec):
         fn = user.load_user_target(spec)

@@ -45,15 +45,17 @@ _PRODUCT = "attnum.fp32_product"  # TensorHandle.attr key: the two factors of an
 _DOT = "attnum.dot_zero_acc"  # TensorHandle.attr key: the operands of a tl.dot whose accumulator was zero
 
 
-def name(numerics: str = "faithful", *, approx_exp: bool = False, fp_fusion: bool | None = None) -> str:
-    """The label of the arithmetic a Triton verdict ran under: ``triton-interp:nvidia-sm90`` plus
-    ``,ex2-approx`` and ``,fp-fusion`` when they are on (``fp_fusion=None``: :func:`fp_fusion_default`)."""
+def name(numerics: str = "faithful", *, approx_exp: bool = False, fp_fusion: bool | None = None,
+         arch: str = model.DEFAULT_ARCH) -> str:
+    """The label of the arithmetic a Triton verdict ran under: ``triton-interp:nvidia-sm90`` (the
+    ``arch`` whose tensor cores ``tl.dot`` runs on) plus ``,ex2-approx`` and ``,fp-fusion`` when they are
+    on (``fp_fusion=None``: :func:`fp_fusion_default`)."""
     if numerics not in NUMERICS:
         raise ValueError(f"{numerics=} must be one of {NUMERICS}")
     if numerics == "raw":
         return "triton-interp:raw"
     fused = fp_fusion_default() if fp_fusion is None else fp_fusion
-    return f"triton-interp:{model.MODEL}" + (",ex2-approx" if approx_exp else "") + (",fp-fusion" if fused else "")
+    return f"triton-interp:{model.model_name(arch)}" + (",ex2-approx" if approx_exp else "") + (",fp-fusion" if fused else "")
 
 
 def _formats():
@@ -107,7 +109,11 @@ def _precision(p) -> str:
     return text
 
 
-def _install(approx_exp: bool, fp_fusion: bool) -> dict:
+_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3fn": torch.float8_e4m3fn,
+          "e5m2": torch.float8_e5m2}
+
+
+def _install(approx_exp: bool, fp_fusion: bool, arch: str = model.DEFAULT_ARCH) -> dict:
     from triton._C.libtriton import ir
     from triton.runtime import interpreter as I
 
@@ -117,6 +123,14 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
     cls = {(I.ReduceOps, "sum"): I.ReduceOps.sum, (I.ReduceOps, "min_max"): I.ReduceOps.min_max,
            (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl, (I.GridExecutor, "__call__"): I.GridExecutor.__call__}
     fusion = [fp_fusion]  # this launch's enable_fp_fusion
+    warps = [4]  # this launch's num_warps (Triton's default 4): whether sm90 may use wgmma
+    import dataclasses
+
+    opts = b.options
+    # The GPU's default max_num_imprecise_acc (the interpreter's is 0), so that semantic.dot hands an fp8
+    # dot the value the CUDA backend would: 2**30 on sm90 (never promote), 0 elsewhere.
+    b.options = dataclasses.replace(opts, max_num_imprecise_acc_default=model.HOPPER_IMPRECISE_DEFAULT
+                                    if arch == "sm90" else 0)
 
     def as32(h):
         return TH(c.decode(h, torch.float32).numpy(), c.tl.float32)
@@ -202,7 +216,9 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
             raise NotImplementedError("tl.dot of mixed integer and float operands is not modelled by attnum's "
                                       "faithful interpreter")
         how = {"precision": _precision(input_precision), "out_fmt": fd,
-               "operand_bits": min(a.dtype.scalar.primitive_bitwidth, bb.dtype.scalar.primitive_bitwidth)}
+               "operand_bits": min(a.dtype.scalar.primitive_bitwidth, bb.dtype.scalar.primitive_bitwidth),
+               "arch": arch, "dtypes": (_TORCH[fa], _TORCH[fb]), "max_imprecise": int(max_num_imprecise_acc or 0),
+               "num_warps": warps[0]}
         acc = c.decode(d)
         out = TH(c.encode(model.dot(c.decode(a), c.decode(bb), acc, **how), fd), d.dtype.scalar)
         if not max_num_imprecise_acc and not bool(acc.any()):  # dot(a, b, 0): an add may become its acc
@@ -270,14 +286,14 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
 
     def launch(self, *args, **kwargs):
         asked = kwargs.get("enable_fp_fusion")
-        if asked is None:
-            return cls[(I.GridExecutor, "__call__")](self, *args, **kwargs)
-        before = fusion[0]
-        fusion[0] = bool(asked) and not_forced_off()  # Triton's rule for an explicit request
+        before, warps_before = fusion[0], warps[0]
+        warps[0] = int(kwargs.get("num_warps") or 4)
+        if asked is not None:
+            fusion[0] = bool(asked) and not_forced_off()  # Triton's rule for an explicit request
         try:
             return cls[(I.GridExecutor, "__call__")](self, *args, **kwargs)
         finally:
-            fusion[0] = before
+            fusion[0], warps[0] = before, warps_before
 
     new = {"binary_op": binary_op, "unary_op": unary_op, "cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp,
            "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf,
@@ -286,7 +302,7 @@ def _install(approx_exp: bool, fp_fusion: bool) -> dict:
         setattr(b, k, fn)
     I.ReduceOps.sum, I.ReduceOps.min_max, I.ScanOps.apply_impl = reduce_sum, min_max, scan
     I.GridExecutor.__call__ = launch
-    return {"builder": (b, orig), "classes": cls}
+    return {"builder": (b, orig), "classes": cls, "options": (b, opts)}
 
 
 def _retype(ty, scalar):
@@ -297,6 +313,8 @@ def _retype(ty, scalar):
 
 
 def _uninstall(saved: dict) -> None:
+    ob, opts = saved["options"]
+    ob.options = opts
     b, orig = saved["builder"]
     for k in orig:
         with contextlib.suppress(AttributeError):
@@ -306,10 +324,11 @@ def _uninstall(saved: dict) -> None:
 
 
 @contextlib.contextmanager
-def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None):
+def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None, arch: str = model.DEFAULT_ARCH):
     """Run interpreted Triton kernels inside the block with the GPU's arithmetic (module docstring).
     ``fp_fusion``: fp32 multiply-add contraction, None for the installed Triton's default
     (:func:`fp_fusion_default`); a launch's own ``enable_fp_fusion=`` still wins, as on the GPU.
+    ``arch``: the GPU whose tensor cores ``tl.dot`` runs on (:data:`attnum.kernels.triton_model.ARCHES`).
 
     Needs ``TRITON_INTERPRET=1`` (kernels decorated under it). Re-entrant (an inner block keeps the
     outer one's settings); not for concurrent threads running interpreted kernels under different
@@ -317,7 +336,7 @@ def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None):
     with _LOCK:
         if _DEPTH[0] == 0:
             fused = fp_fusion_default() if fp_fusion is None else fp_fusion
-            _SAVED["state"] = _install(approx_exp, fused)
+            _SAVED["state"] = _install(approx_exp, fused, model.check_arch(arch))
         _DEPTH[0] += 1
     try:
         yield
@@ -328,7 +347,8 @@ def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None):
                 _uninstall(_SAVED.pop("state"))
 
 
-def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False, fp_fusion: bool | None = None):
+def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False, fp_fusion: bool | None = None,
+         arch: str = model.DEFAULT_ARCH):
     """``fn`` run under :func:`faithful` (``numerics="faithful"``) or as is (``"raw"``)."""
     if numerics not in NUMERICS:
         raise ValueError(f"{numerics=} must be one of {NUMERICS}")
@@ -337,7 +357,7 @@ def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False, fp_fusion:
 
     @functools.wraps(fn)
     def call(*args, **kw):
-        with faithful(approx_exp=approx_exp, fp_fusion=fp_fusion):
+        with faithful(approx_exp=approx_exp, fp_fusion=fp_fusion, arch=arch):
             return fn(*args, **kw)
 
     return call

@@ -66,14 +66,14 @@ def check_numerics(numerics: str) -> str:
     return numerics
 
 
-def label(numerics: str) -> str:
+def label(numerics: str, arch: str = "sm90") -> str:
     """What verdicts say they ran under: ``triton-interp:nvidia-sm90`` (``,fp-fusion`` when
     fp32 multiply-adds are contracted, Triton's default through 3.9) / ``triton-interp:raw``."""
     from attnum.kernels import triton_faithful
 
     check_numerics(numerics)
     return triton_faithful.name("raw" if numerics == "raw" else "faithful",
-                                approx_exp=numerics == "faithful-ex2-approx")
+                                approx_exp=numerics == "faithful-ex2-approx", arch=arch)
 
 
 def one_thread(fn: Callable) -> Callable:
@@ -97,7 +97,7 @@ def one_thread(fn: Callable) -> Callable:
     return call
 
 
-def under(fn: Callable, numerics: str = "faithful", what: str = "") -> Callable:
+def under(fn: Callable, numerics: str = "faithful", what: str = "", arch: str = "sm90") -> Callable:
     """``fn`` (which launches interpreted Triton kernels) run under ``numerics``, on one torch thread
     (:func:`one_thread`). Faithful numerics need the self-test to pass: otherwise every call raises
     NotImplementedError (``unsupported``)."""
@@ -107,11 +107,11 @@ def under(fn: Callable, numerics: str = "faithful", what: str = "") -> Callable:
     fn = one_thread(fn)
     if numerics == "raw":
         return fn
-    wrapped = triton_faithful.wrap(fn, approx_exp=numerics == "faithful-ex2-approx")
+    wrapped = triton_faithful.wrap(fn, approx_exp=numerics == "faithful-ex2-approx", arch=arch)
 
     @functools.wraps(fn)
     def call(*args, **kw):
-        why = triton_selftest.failure()
+        why = triton_selftest.failure(arch)
         if why:
             import triton
 
@@ -126,7 +126,7 @@ def under(fn: Callable, numerics: str = "faithful", what: str = "") -> Callable:
                 raise
             raise refused from exc
 
-    call.attnum_numerics = label(numerics)
+    call.attnum_numerics = label(numerics, arch)
     return call
 
 
@@ -141,7 +141,7 @@ def _not_modelled(exc: BaseException) -> NotImplementedError | None:
     return None
 
 
-def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful") -> Callable:
+def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful", arch: str = "sm90") -> Callable:
     """The user's SDPA-signature callable ``spec`` (``file.py:function``), imported with the interpreter on,
     run under ``numerics`` (:data:`NUMERICS`)."""
     check_numerics(numerics)
@@ -151,8 +151,8 @@ def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful")
     from attnum.kernels.serving import ServingTarget
 
     if isinstance(fn, ServingTarget):  # a serving adapter (a class with declared attributes)
-        return serving_under(fn, numerics)
-    run = under(fn, numerics, full_spec or spec)
+        return serving_under(fn, numerics, arch)
+    run = under(fn, numerics, full_spec or spec, arch)
 
     @functools.wraps(fn)
     def call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -164,11 +164,11 @@ def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful")
             kw["enable_gqa"] = True
         return run(query, key, value, **kw)
 
-    call.attnum_numerics = label(numerics)
+    call.attnum_numerics = label(numerics, arch)
     return call
 
 
-def serving_under(target, numerics: str = "faithful"):
+def serving_under(target, numerics: str = "faithful", arch: str = "sm90"):
     """A copy of the serving target ``target`` (attnum.kernels.serving) whose entry points launch their
     Triton kernels in the interpreter (enabled now, checked at the first call) under ``numerics``."""
     import copy
@@ -182,12 +182,12 @@ def serving_under(target, numerics: str = "faithful"):
             _check_interpreting()
             return fn(*args, **kw)
 
-        return under(call, numerics, what)
+        return under(call, numerics, what, arch)
 
     if getattr(t, "_sdpa", None) is not None:
         t._sdpa = prepared(t._sdpa, f"{t.name} (sdpa)")
     for e in ("decode", "merge_state", "merge_states"):
         if callable(getattr(t, e, None)):
             setattr(t, e, prepared(getattr(t, e), f"{t.name} ({e})"))
-    t.attnum_numerics = label(numerics)
+    t.attnum_numerics = label(numerics, arch)
     return t

@@ -21,10 +21,20 @@ What the GPU does, and where it is written down (Triton 3.x, ``third_party/nvidi
   ``tf32x3`` splits each operand as big = ``cvt.rna.tf32.f32`` (round to nearest, ties *away* from zero:
   PTX ISA, "cvt", rounding modifier ``.rna``), small = x - big, and sums three tf32 dots
   (``F32DotTC.cpp``: small x big + big x small, NaN-masked, then big x big); ``ieee`` is exact fp32.
-  bf16 / fp16 / fp8 operands are exact. Products are exact; the accumulator is rounded to its format
-  once per tensor-core instruction (:data:`K_STEP`: k = 8 for tf32, 16 for 16-bit, 32 for fp8), and once
-  per k for ``ieee`` (Triton's FMA dot). The order inside one instruction and, for fp8 on sm90, the
-  tensor core's ~13-bit internal alignment are not modelled.
+  bf16 / fp16 / fp8 operands are exact. Each tensor-core instruction rounds as
+  :func:`attnum.numerics.mma.matmul` says for the architecture (alignment to the largest exponent of a
+  group, truncation, round toward zero into fp32; FP8 on sm89 and on sm90's wgmma keeps 13 fraction
+  bits): :func:`dot` with ``arch``. Which instruction (:func:`instruction`): ``mma.sync`` on sm80 / sm89,
+  ``wgmma`` on sm90 when Triton's ``AccelerateMatmul`` picks MMAv3 (2-D, M % 64 == 0, N % 8 == 0,
+  num_warps % 4 == 0, and for fp8 ``max_num_imprecise_acc >= 32``), else ``mma.sync``; ``tcgen05.mma``
+  on sm100. fp8 on sm90's wgmma with an fp32 accumulator: when ``max_num_imprecise_acc <= K`` Triton
+  (``WGMMA.cpp``, ``convertDot``; ``WarpGroupDotOp::needsPartialAccumulator``) runs the instructions onto
+  a fresh partial accumulator and adds it into the fp32 one (``faddAccumulate``, an ``fadd``: round to
+  nearest) every ceil(max_num_imprecise_acc / 32) instructions and after the last; its default on sm90
+  is 2**30 (:data:`HOPPER_IMPRECISE_DEFAULT`), so by default the partial sum is *never* promoted and the
+  whole K accumulates in the 13-bit wgmma accumulator. ``ieee`` is Triton's FMA dot: one rounding per k.
+  Without ``arch`` (the model before attnum 0.x's tensor-core work) every instruction is exact products,
+  an exact sum and one round-to-nearest (:data:`K_STEP`); it stays as the comparison the self-test uses.
 - **integer tl.dot** (int8 x int8 -> int32: ``mma.sync`` / ``wgmma`` ``.s8.s8.s32``, SageAttention's
   Q K^T): exact products and sums in the int32 accumulator, wrapping modulo 2**32 (no ``.satfinite``);
   :func:`dot_int`. **float -> int casts** (``x.to(tl.int8)``: ``fptosi``, ``cvt.rzi``) truncate toward
@@ -55,9 +65,30 @@ import torch
 from attnum.numerics.fma import fma_round
 from attnum.numerics.rounding import round_to
 
-MODEL = "nvidia-sm90"
-"""The model's name in verdicts: ``triton-interp:nvidia-sm90`` (sm80 rounds the same, see above), with
-``,fp-fusion`` when fp32 multiply-adds are contracted."""
+ARCHES = ("sm80", "sm89", "sm90", "sm100")
+"""The GPUs ``tl.dot`` is modelled for (``attnum audit --arch``): which instruction Triton emits there is
+:func:`instruction`, how it rounds is :func:`attnum.numerics.mma.matmul`."""
+DEFAULT_ARCH = "sm90"
+MODEL = f"nvidia-{DEFAULT_ARCH}"
+"""The model's name in verdicts for the default architecture: ``triton-interp:nvidia-sm90``
+(:func:`model_name` for the others), with ``,fp-fusion`` when fp32 multiply-adds are contracted."""
+HOPPER_IMPRECISE_DEFAULT = 2 ** 30
+"""``max_num_imprecise_acc``'s default for fp8 dots on sm90 (``backends/nvidia/compiler.py``,
+``CUDABackend.parse_options``: ``2**30 if capability == 90 else 0``): never promote to fp32."""
+
+
+def check_arch(arch: str) -> str:
+    from attnum.errors import bad_value
+    from attnum.numerics.mma_sites import ALIASES
+
+    a = ALIASES.get(arch.strip().lower(), arch.strip().lower()) if isinstance(arch, str) else arch
+    if a not in ARCHES:
+        raise bad_value("arch", arch, f"one of {', '.join(ARCHES)} (or hopper, ampere, ada, blackwell)")
+    return a
+
+
+def model_name(arch: str = DEFAULT_ARCH) -> str:
+    return f"nvidia-{check_arch(arch)}"
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
 EX2_APPROX_REL_ERR = 2.0 ** -22
@@ -116,13 +147,27 @@ def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, out_fmt: str, k_st
 
 
 def dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, precision: str = "tf32",
-        operand_bits: int = 32, out_fmt: str = "fp32") -> torch.Tensor:
+        operand_bits: int = 32, out_fmt: str = "fp32", arch: str | None = None,
+        dtypes: tuple[torch.dtype, torch.dtype] | None = None, max_imprecise: int | None = None,
+        num_warps: int = 4) -> torch.Tensor:
     """``tl.dot(a, b, acc, input_precision=precision)``: a (.., M, K), b (.., K, N), acc (.., M, N).
 
     ``operand_bits``: 32 for fp32 operands (``precision`` applies), 16 for bf16 / fp16 and 8 for fp8
-    (used exactly). Returns float64 values on ``out_fmt``'s grid."""
+    (used exactly). ``arch``: the GPU whose tensor cores run it (:func:`tensor_core_dot`; ``dtypes`` then
+    names the operands' torch dtypes, ``max_imprecise`` the dot's ``max_num_imprecise_acc`` (None: the
+    CUDA backend's default, :func:`default_imprecise`),
+    ``num_warps`` the launch's); None: the exact-products model. Returns float64 values on ``out_fmt``'s grid."""
     if precision not in PRECISIONS:
         raise ValueError(f"{precision=} must be one of {PRECISIONS}")
+    if arch is not None and precision != "ieee":
+        if dtypes is None:
+            dtypes = (torch.float32, torch.float32) if operand_bits == 32 else \
+                ((torch.bfloat16,) * 2 if operand_bits == 16 else (torch.float8_e4m3fn,) * 2)
+        if max_imprecise is None:
+            max_imprecise = default_imprecise(arch, dtypes)
+        if operand_bits != 32 or precision == "tf32":
+            return tensor_core_dot(a, b, acc, arch=arch, dtypes=dtypes, out_fmt=out_fmt,
+                                   max_imprecise=max_imprecise, num_warps=num_warps)
     if operand_bits != 32:
         return _mma(a, b, acc, out_fmt, K_STEP[str(operand_bits)])
     if precision == "ieee":
@@ -130,6 +175,8 @@ def dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, precision: str =
     step = K_STEP["tf32"]
     if precision == "tf32":
         return _mma(tf32_operand(a), tf32_operand(b), acc, out_fmt, step)
+    if arch is not None:
+        return _tf32x3_tc(a, b, acc, arch, out_fmt)
     a32, b32 = a.float(), b.float()
     a_big, b_big = tf32_rna(a32), tf32_rna(b32)
     a_small, b_small = a32 - a_big, b32 - b_big  # exact in fp32
@@ -138,6 +185,83 @@ def dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, precision: str =
     small = _mma(tf32_operand(a_big), tf32_operand(b_small), small, "fp32", step)
     small = torch.where(torch.isnan(small), zero, small)
     big = _mma(a_big, b_big, small, "fp32", step)
+    return round_to(big + acc.double(), out_fmt)
+
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def default_imprecise(arch: str, dtypes: tuple[torch.dtype, torch.dtype]) -> int:
+    """``max_num_imprecise_acc`` of a ``tl.dot`` that does not set it (``semantic.py``, ``dot``): the
+    backend's default for fp8 x fp8 (2**30 on sm90, else 0), 0 for other operands."""
+    fp8 = all(d in _FP8 for d in dtypes)
+    return HOPPER_IMPRECISE_DEFAULT if fp8 and arch == "sm90" else 0
+
+
+def instruction(arch: str, dtypes: tuple[torch.dtype, torch.dtype], shape: tuple[int, ...], *,
+                out_fmt: str = "fp32", max_imprecise: int = 0, num_warps: int = 4) -> str:
+    """The instruction Triton lowers a ``tl.dot`` to (``TritonGPU/Transforms/AccelerateMatmul.cpp``,
+    ``getMMAVersionSafe`` / ``supportMMA``): ``mma.sync``, ``wgmma`` or ``tcgen05``. ``shape``: the
+    result's (.., M, N). Raises NotImplementedError where Triton or the validated models have none."""
+    fp8 = any(d in _FP8 for d in dtypes)
+    if arch == "sm80" and fp8:
+        if torch.float8_e4m3fn in dtypes:  # CUDABackend.parse_options: fp8e4nv only for capability >= 89
+            raise NotImplementedError("tl.dot of float8e4nv on sm80: Triton supports it from sm89 on "
+                                      "(backends/nvidia/compiler.py supported_fp8_dtypes)")
+        raise NotImplementedError("tl.dot of float8e5 on sm80: Ampere has no fp8 MMA, and how Triton widens the "
+                                  "operands there is not modelled by attnum")
+    if arch == "sm90":
+        two_d = len(shape) == 2 and shape[-2] % 64 == 0 and shape[-1] % 8 == 0 and num_warps % 4 == 0
+        if two_d and not (fp8 and out_fmt == "fp32" and max_imprecise < 32):
+            return "wgmma"
+        if fp8:
+            raise NotImplementedError("tl.dot of fp8 on sm90 lowered to mma.sync (batched, M % 64 != 0, "
+                                      "num_warps % 4 != 0 or max_num_imprecise_acc < 32): Hopper's fp8 mma.sync "
+                                      "is not in MMA-Sim's validated instruction set")
+        return "mma.sync"
+    if arch == "sm100":
+        return "tcgen05"
+    return "mma.sync"
+
+
+def tensor_core_dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, *, arch: str,
+                    dtypes: tuple[torch.dtype, torch.dtype], out_fmt: str = "fp32", max_imprecise: int = 0,
+                    num_warps: int = 4) -> torch.Tensor:
+    """``tl.dot`` of operands holding ``dtypes`` values on ``arch``'s tensor cores (float64 out on
+    ``out_fmt``'s grid): :func:`attnum.numerics.mma.matmul`, the whole K onto ``acc``; for fp8 on sm90's
+    wgmma with ``max_imprecise <= K`` and an fp32 accumulator, Triton's partial accumulation (module
+    docstring): each group of ceil(max_imprecise / 32) k32 instructions from a zero accumulator, then
+    added into the fp32 accumulator with one round-to-nearest addition."""
+    from attnum.numerics import mma
+
+    check_arch(arch)
+    ins = instruction(arch, dtypes, tuple(acc.shape), out_fmt=out_fmt, max_imprecise=max_imprecise,
+                      num_warps=num_warps)
+    at, bt = a.to(dtypes[0]), b.to(dtypes[1])
+    c32 = acc.to(torch.float16 if out_fmt == "fp16" else torch.float32)
+    K = a.shape[-1]
+    if not (ins == "wgmma" and dtypes[0] in _FP8 and out_fmt == "fp32" and max_imprecise <= K):
+        return mma.matmul(at, bt, c32, arch=arch, out_format=out_fmt).double()
+    step = 32 * max(1, -(-max_imprecise // 32))  # numLowPrecisionAcc += 32 per wgmma; add once >= max
+    d = None if not bool(acc.any()) else acc.double()  # isZeroConst(c): no add onto a zero accumulator
+    for k0 in range(0, K, step):
+        part = mma.matmul(at[..., k0:k0 + step], bt[..., k0:k0 + step, :], None, arch=arch,
+                          out_format="fp32").double()
+        d = part if d is None else round_to(d + part, "fp32")
+    return d
+
+
+def _tf32x3_tc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, arch: str, out_fmt: str) -> torch.Tensor:
+    """``tf32x3`` on tensor cores: the three TF32 dots of ``F32DotTC.cpp`` each run by :func:`tensor_core_dot`."""
+    a32, b32 = a.float(), b.float()
+    a_big, b_big = tf32_rna(a32), tf32_rna(b32)
+    a_small, b_small = a32 - a_big, b32 - b_big
+    zero = torch.zeros(acc.shape, dtype=torch.float64)
+    f32 = (torch.float32, torch.float32)
+    small = tensor_core_dot(a_small, b_big, zero, arch=arch, dtypes=f32)
+    small = tensor_core_dot(a_big, b_small, small, arch=arch, dtypes=f32)
+    small = torch.where(torch.isnan(small), zero, small)
+    big = tensor_core_dot(a_big, b_big, small, arch=arch, dtypes=f32)
     return round_to(big + acc.double(), out_fmt)
 
 

@@ -40,6 +40,19 @@ def dot_lowp(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.conste
 
 
 @triton.jit
+def dot_fp8_imprecise(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr, MAX: tl.constexpr):
+    """c (fp32) = tl.dot(a, b, max_num_imprecise_acc=MAX) of fp8 operands (MAX = 0: the target's default)."""
+    m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    a = tl.load(a_ptr + m[:, None] * K + k[None, :])
+    b = tl.load(b_ptr + k[:, None] * N + n[None, :])
+    if MAX == 0:
+        d = tl.dot(a, b, out_dtype=tl.float32)
+    else:
+        d = tl.dot(a, b, out_dtype=tl.float32, max_num_imprecise_acc=MAX)
+    tl.store(c_ptr + m[:, None] * N + n[None, :], d)
+
+
+@triton.jit
 def exp(x_ptr, y_ptr, N: tl.constexpr):
     """y = tl.exp(x) (fp32)."""
     i = tl.arange(0, N)

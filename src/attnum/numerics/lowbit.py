@@ -23,7 +23,10 @@ Knobs (SageAttention, arXiv 2410.02367, 2411.10958, 2505.11594; thu-ml/SageAtten
   row first scaled so its max maps to 448 * 6, then NVFP4 along keys; V NVFP4 along tokens).
 - ``pv_acc``: the P V MMA's accumulator format, accumulated ``mma_k`` products at a time (16 for
   16-bit inputs, 32 for 8-bit, 64 for 4-bit): ``fp16`` (``tl.dot(p, v, out_dtype=fp16)``),
-  ``fp22`` (e8m13, SageAttention2's measurement of FP8 MMA on Ada/Hopper), ``fp32``.
+  ``fp22`` (e8m13, SageAttention2's measurement of FP8 MMA on Ada/Hopper), ``fp32``; or a GPU
+  architecture (:data:`ACC_ARCHES`, e.g. ``sm90``): the P V product as that architecture's tensor-core
+  instructions (:func:`attnum.numerics.mma.matmul`: Hopper's FP8 wgmma aligns and truncates to 13
+  fraction bits and truncates its output to e8m13, the "FP22" SageAttention2 measured), into fp32.
   ``two_level``: the MMA accumulator restarts at every KV tile and each tile's result is added
   to an fp32 buffer (SageAttention2's fix); else the narrow accumulator carries the whole sum.
 """
@@ -40,6 +43,7 @@ QK_FORMATS = ("int8", "int4", "e4m3fn", "e5m2", "nvfp4", "mxfp4", "mxfp6-e2m3", 
 GRANULARITIES = ("tensor", "block", "warp", "thread", "token")
 PV_FORMATS = ("fp16", "bf16", "e4m3fn", "e5m2", "int8", "nvfp4")
 ACC_FORMATS = {"fp16": "fp16", "fp22": "e8m13", "fp32": "fp32"}
+ACC_ARCHES = ("sm89", "sm90", "sm100", "sm120")  # P V as the architecture's MMA (fp8 and 16-bit P, V)
 INT_MAX = {"int8": 127, "int4": 7}
 FP22 = FloatFormat(ebits=8, mbits=13, name="fp22")
 
@@ -82,7 +86,15 @@ class LowBit:
         if self.pv not in PV_FORMATS:
             raise bad_value("pv", self.pv, f"one of {PV_FORMATS}")
         if self.pv_acc not in ACC_FORMATS:
-            raise bad_value("pv_acc", self.pv_acc, f"one of {tuple(ACC_FORMATS)}")
+            from attnum.numerics.mma_sites import ALIASES
+
+            arch = ALIASES.get(self.pv_acc, self.pv_acc) if isinstance(self.pv_acc, str) else self.pv_acc
+            if arch not in ACC_ARCHES:
+                raise bad_value("pv_acc", self.pv_acc, f"one of {tuple(ACC_FORMATS)} or an architecture {ACC_ARCHES}")
+            if self.pv in ("int8", "nvfp4"):
+                raise bad_value("pv_acc", self.pv_acc, f"one of {tuple(ACC_FORMATS)} with pv={self.pv!r} (the tensor-"
+                                "core model takes fp16, bf16 and fp8 P and V)")
+            object.__setattr__(self, "pv_acc", arch)
         if self.pv == "nvfp4" and self.two_level is False:
             raise bad_value("two_level", False, "True with pv='nvfp4' (each tile's P has its own row factors)")
         for name in ("smooth_k", "smooth_q", "two_level"):
@@ -101,6 +113,8 @@ class LowBit:
 
     @property
     def acc_format(self) -> FloatFormat:
+        if self.pv_acc in ACC_ARCHES:
+            return get_format("fp32")  # the MMA's output
         return FP22 if self.pv_acc == "fp22" else get_format(ACC_FORMATS[self.pv_acc])
 
     @property

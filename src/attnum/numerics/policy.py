@@ -34,6 +34,12 @@ N = 3 on part of the elements); ``rescale_threshold`` (None: off) keeps a row's 
 until a tile's maximum exceeds it by more than that many log2 units, so the accumulator is
 rescaled only then (FA4's conditional rescaling; 8.0 for 16-bit inputs in ``flash_fwd_sm100.py``).
 
+``mma`` (None, or an architecture name: ``sm80``, ``sm90``, ``hopper``, ...; :mod:`attnum.numerics.mma_sites`)
+runs the matmul sites as that architecture's tensor-core instructions (:func:`attnum.numerics.mma.matmul`:
+per-instruction alignment, truncation and rounding, fp32 output) instead of the ``matmul_acc`` /
+``reduction_chunk`` model; flash's P V then accumulates onto the fp32 accumulator O inside the MMA, as
+FlashAttention's kernels feed O to the instruction as its C operand.
+
 ``lowbit`` (None, or a :class:`attnum.numerics.lowbit.LowBit`) makes flash and baseline run SageAttention's
 quantized scheme (:mod:`attnum.attention.sage`) with this policy's input and output formats.
 
@@ -58,7 +64,7 @@ SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out",
 NORMALIZE = ("divide", "reciprocal")
 MAX_SHIFTS = ("none", "qiu-yao")
 EXP2 = ("native", "poly1", "poly2", "poly3", "poly4", "poly5")
-KNOBS = ("matmul_acc", "reduction_chunk", "normalize", "max_shift", "exp2", "rescale_threshold", "lowbit")
+KNOBS = ("matmul_acc", "reduction_chunk", "normalize", "max_shift", "exp2", "rescale_threshold", "lowbit", "mma")
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
 
@@ -83,6 +89,7 @@ class Policy:
     exp2: str = "native"
     rescale_threshold: float | None = None
     lowbit: object | None = None
+    mma: str | None = None
     name: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -110,17 +117,28 @@ class Policy:
                 raise AttnumInputError(f"rescale_threshold={t!r} is not allowed; expected a positive finite number "
                                        "of log2 units (FA4: 8.0), or none")
             object.__setattr__(self, "rescale_threshold", float(t))
+        if self.mma is not None:
+            from attnum.numerics.mma_sites import check_arch, operand_dtype
+
+            object.__setattr__(self, "mma", check_arch(self.mma, param="policy.mma"))
+            if self.mma is not None:
+                for site in ("inputs", "probs"):
+                    operand_dtype(getattr(self, site), site=site)
 
     @functools.cached_property  # frozen: computed once per policy (asked for on every tile)
     def carrier(self) -> torch.dtype:
         """float32 when everything fits in fp32 and matmuls accumulate natively in fp32."""
         fits = all(getattr(self, s).fits_in(_FP32) for s in SITES)
-        return torch.float32 if fits and self.matmul_acc == _FP32 else torch.float64
+        native32 = self.matmul_acc == _FP32 or self.mma is not None  # an MMA's output is fp32
+        return torch.float32 if fits and native32 else torch.float64
 
     @property
     def matmul_mode(self) -> str:
-        """``exact`` (float64, rounded once), ``native`` (one BLAS call in the carrier's format) or
-        ``emulated`` (chunked exact sums rounded into ``matmul_acc`` after each chunk)."""
+        """``exact`` (float64, rounded once), ``native`` (one BLAS call in the carrier's format),
+        ``emulated`` (chunked exact sums rounded into ``matmul_acc`` after each chunk) or ``mma`` (the
+        tensor-core instructions of ``mma``'s architecture)."""
+        if self.mma is not None:
+            return "mma"
         if self.matmul_acc is None:
             return "exact"
         carrier_fmt = _FP32 if self.carrier == torch.float32 else _FP64
@@ -148,6 +166,8 @@ class Policy:
             d["exp2"], d["rescale_threshold"] = self.exp2, self.rescale_threshold
         if self.lowbit is not None:
             d["lowbit"] = self.lowbit.describe()
+        if self.mma is not None:
+            d["mma"] = self.mma
         d["carrier"] = str(self.carrier).replace("torch.", "")
         return d
 
@@ -236,7 +256,7 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
     """``NAME:FORMAT[,site=FORMAT...]``; ``NAME`` alone takes ``fmt``; a bare format means uniform.
 
     Examples: ``fa2:bf16``, ``uniform:e4m3fn``, ``torch-cpu:fp16``, ``torch-eager:bf16``, ``fp32``,
-    ``fa2:bf16,acc=fp16,reduction_chunk=16``, ``uniform:bf16,max_shift=qiu-yao``.
+    ``fa2:bf16,acc=fp16,reduction_chunk=16``, ``uniform:bf16,max_shift=qiu-yao``, ``fa2:bf16,mma=sm90``.
     """
     if isinstance(spec, Policy):
         return spec
@@ -273,6 +293,10 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
             overrides[key] = None if value in ("", "none") else _int(value, key)
         elif key == "matmul_acc":
             overrides[key] = None if value in ("exact", "none") else get_format(value, param=key)
+        elif key == "mma":
+            from attnum.numerics.mma_sites import check_arch
+
+            overrides[key] = check_arch(value, param="mma")
         elif key in ("normalize", "max_shift", "exp2"):
             overrides[key] = value
         elif key == "rescale_threshold":

@@ -67,7 +67,7 @@ def _resolve(init: dict):
     from attnum.kernels.registry import resolve
 
     t = resolve(init["spec"], init["device"], param="target", numerics=init["numerics"], block_q=init["block_q"],
-                block_k=init["block_k"])
+                block_k=init["block_k"], arch=init.get("arch") or "sm90")
     entries = {}
     for e in ENTRIES:
         f = getattr(t.fn, e, None) if t.fn is not None else None

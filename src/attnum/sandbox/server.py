@@ -12,7 +12,7 @@ kernel's answer; it is never a verdict.
 
 Requests and replies::
 
-    init    {kind: attention|sampler, spec, device, numerics, block_q, block_k, threads, resolver}
+    init    {kind: attention|sampler, spec, device, numerics, arch, block_q, block_k, threads, resolver}
             -> ready {available, reason, declared, attrs, entries, name} | input_error {text}
     call    {id, entry, args, kw, grad_args, grad_mode, autocast, writeback}
             -> ok {id, result, graph, writeback, generators} | raised {id, type, text}
@@ -77,10 +77,10 @@ class KernelServer:
 
     def __init__(self, kind: str, spec: str, *, device: str = "cpu", timeout: float = 300.0, threads: int = 1,
                  numerics: str = "faithful", block_q: int | None = None, block_k: int | None = None,
-                 resolver: str | None = None) -> None:
+                 resolver: str | None = None, arch: str = "sm90") -> None:
         self.timeout, self.ready, self.next_id, self.info = timeout, False, 0, {}
         self.noun = "sampler" if kind == "sampler" else "target"  # how messages name the user's code
-        self.init = {"op": "init", "kind": kind, "spec": spec, "device": device, "numerics": numerics,
+        self.init = {"op": "init", "kind": kind, "spec": spec, "device": device, "numerics": numerics, "arch": arch,
                      "block_q": block_q, "block_k": block_k, "threads": threads, "sys_path": list(sys.path),
                      "resolver": resolver,
                      "parent": os.getpid()}

@@ -12,6 +12,7 @@ from typing import Any
 
 from attnum.errors import AttnumInputError
 from attnum.numerics.formats import get_format
+from attnum.numerics.mma_sites import ALIASES, POLICY_ARCHES, check_arch
 from attnum.numerics.policy import NAMED, parse_policy
 
 POLICY_NAMES = tuple(NAMED)
@@ -66,6 +67,8 @@ COMMON: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policy": (f"NAME, NAME:FORMAT or a format, NAME in {POLICY_NAMES}, optionally with ',site=FORMAT' "
                "overrides (each site at most once)", parses(lambda v: parse_policy(v, "fp32"))),
     "format": ("a format name (fp64, fp32, tf32, bf16, fp16, e5m2, e4m3fn, ..., or eXmY)", parses(get_format)),
+    "mma": (f"unset, none, or a tensor-core architecture ({', '.join(POLICY_ARCHES)}; aliases "
+            f"{', '.join(sorted(ALIASES))})", lambda v: v is None or accepts(check_arch)(v)),
     "seq_len": ("a positive integer (N)", positive_int),
     "head_dim": ("a positive integer (d)", positive_int),
     "heads": ("a positive integer (H)", positive_int),

@@ -29,6 +29,9 @@ CONFIG_OPTIONS: tuple[tuple[str, type, object, str], ...] = (
     ("format", str, "bf16", "Format for a policy NAME given without one."),
     ("baseline_policy", str | None, None,
      "The baseline's own policy (default: --policy), e.g. torch-eager: PyTorch eager attention in the format."),
+    ("mma", str | None, None,
+     "Run both matmuls of flash and baseline as this GPU's tensor-core instructions (sm80, sm89, sm90, sm100, "
+     "...; the policy knob mma=ARCH); default: the policy's own (exact chunks)."),
     ("seq_len", int, 1024, "Query length N."),
     ("kv_len", int | None, None, "Key length S (default N)."),
     ("head_dim", int, 64, "Head dimension d."),

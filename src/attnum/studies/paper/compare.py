@@ -24,6 +24,7 @@ from attnum.attention.tiles import resolve_tiles
 from attnum.errors import AttnumInputError, bad_value
 from attnum.numerics.formats import get_format
 from attnum.numerics.metrics import deviation, error_ratio
+from attnum.numerics.mma_sites import check_arch
 from attnum.numerics.policy import parse_policy
 from attnum.numerics.rounding import round_to
 from attnum.sweep import memo
@@ -45,12 +46,16 @@ class CompareConfig:
     torch) or ``bottom_right`` (j <= i + S - N, as flash-attn >= 2.1); it matters only when
     ``causal`` and ``kv_len`` != ``seq_len``. ``baseline_policy`` (None: ``policy``) is the
     baseline's own policy, e.g. ``torch-eager`` to compare flash with PyTorch eager attention in
-    the same dtype; it must round the inputs as ``policy`` does (both see the same inputs).
+    the same dtype; it must round the inputs as ``policy`` does (both see the same inputs). ``mma``
+    (None: the policies' own) runs both policies' matmuls as that architecture's tensor-core
+    instructions (the policy knob ``mma=ARCH``; ``none`` turns a policy's own off): the sweep axis that
+    compares exact, sm80 and sm90 accumulation.
     """
 
     policy: str = "uniform"
     format: str = "bf16"
     baseline_policy: str | None = None
+    mma: str | None = None
     seq_len: int = 1024
     kv_len: int | None = None
     head_dim: int = 64
@@ -91,6 +96,9 @@ class CompareConfig:
         """(flash policy, baseline policy) at this config's format."""
         policy = parse_policy(self.policy, self.format)
         base = policy if self.baseline_policy is None else parse_policy(self.baseline_policy, self.format)
+        if self.mma is not None:
+            arch = check_arch(self.mma)
+            policy, base = policy.with_overrides(mma=arch), base.with_overrides(mma=arch)
         return policy, base
 
     def input_spec(self) -> InputSpec:
@@ -112,6 +120,7 @@ FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "format": COMMON["format"],
     "baseline_policy": ("unset (the policy), or a policy as for policy (e.g. torch-eager)",
                         lambda v: v is None or _parses(lambda x: parse_policy(x, "fp32"))(v)),
+    "mma": COMMON["mma"],
     "seq_len": COMMON["seq_len"],
     "kv_len": ("a positive integer (S; default seq_len)", _opt_positive_int),
     "head_dim": COMMON["head_dim"],
@@ -146,7 +155,7 @@ def compare_inputs(cfg: CompareConfig):
     """The shared inputs of a point: float64 samples rounded to the policy's input format."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise AttnumInputError("device='cuda' is not allowed here; CUDA is not available on this machine")
-    policy = parse_policy(cfg.policy, cfg.format)
+    policy = cfg.policies()[0]  # the flash policy, with the mma axis applied
     q, k, v = make_qkv(cfg.input_spec(), device=cfg.device)
     return policy, tuple(round_to(x, policy.inputs) for x in (q, k, v))
 

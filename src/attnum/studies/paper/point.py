@@ -34,10 +34,10 @@ AXES = tuple(FIELDS)  # every CompareConfig field is a sweep axis
 # Axes that only matter to the emulation; a kernel point leaves them at their defaults, and its
 # stored config says policy None (it runs none).
 EMULATION_ONLY = ("policy", "baseline_policy", "block_q", "block_k", "sram", "swap_blocks", "square", "variant",
-                  "kv_order")
+                  "kv_order", "mma")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(CompareConfig)}
 # Fields added after the first stores: left out of the key while at their default (see module doc).
-_ADDED = ("kv_len", "kv_heads", "causal_alignment", "baseline_policy")
+_ADDED = ("kv_len", "kv_heads", "causal_alignment", "baseline_policy", "mma")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -126,5 +126,7 @@ class Point(CompareConfig):
             extra += f" baseline={self.baseline_policy}"
         if self.dist != "normal":
             extra += f" dist={self.dist}"
+        if self.mma is not None:
+            extra += f" mma={self.mma}"
         head = "attribute " if self.kind == "attribute" else ""
         return f"{head}{self.policy}:{self.format} {self.variant} {shape} {tiles}{extra} seed={self.seed}"

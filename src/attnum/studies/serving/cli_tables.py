@@ -28,6 +28,9 @@ def register(app: typer.Typer) -> None:
         block: int = typer.Option(128, help="Block quantization size = tile size Br = Bc."),
         seed: int = typer.Option(0, help="Input and rotation seed."),
         fp16: bool = typer.Option(True, help="Include the FP16 rows."),
+        mma: str | None = typer.Option(None, "--mma", help="Run every GEMM as this GPU's tensor-core instructions "
+                                                           "(sm90: Hopper's wgmma, FP8 with its 13-bit "
+                                                           "accumulator); default: exact products, fp32 sums."),
         mla: bool = typer.Option(False, help="Instead: MLA explicit vs absorbed per latent-cache format "
                                              "(DeepSeek-V3 shapes, 16 heads, decode over --mla-kv-len tokens)."),
         mla_kv_len: int = typer.Option(1024, help="Cached tokens for --mla."),
@@ -44,7 +47,7 @@ def register(app: typer.Typer) -> None:
             _mla_table(MLATableConfig(kv_len=mla_kv_len, seed=seed), as_json)
             return
         cfg = FP8TableConfig(seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, fmt=fmt, block=block,
-                             seed=seed, fp16=fp16)
+                             seed=seed, fp16=fp16, mma=mma)
         with Activity("fp8-table"):
             rows = run_fp8_table(cfg)
         if as_json:
@@ -56,7 +59,7 @@ def register(app: typer.Typer) -> None:
         print_table(cols, [[r["setting"], _e(r["rmse"]), _e(r["paper_rmse"]), _r(r["ratio_to_fa3_fp8"]),
                             _r(r["paper_ratio_to_fa3_fp8"]), f"{r['seconds']:.2f}"] for r in rows],
                     title=f"FA3 Table 3 on attnum: outlier inputs, B={batch} H={heads} N=S={seq_len} d={head_dim}, "
-                          f"{cfg.fmt}, RMSE vs float64 golden",
+                          f"{cfg.fmt}, RMSE vs float64 golden" + (f", mma={cfg.mma}" if cfg.mma else ""),
                     justify=["left" if c == "setting" else "right" for c in cols])
         by = {r["key"]: r for r in rows}
         say(f"baseline FP8 / FA3 FP8: attnum {by['baseline-fp8']['ratio_to_fa3_fp8']:.2f}x, paper "

@@ -54,8 +54,12 @@ class FP8TableConfig:
     block: int = 128
     seed: int = 0
     fp16: bool = True
+    mma: str | None = None  # every GEMM as this architecture's tensor cores (attnum.numerics.mma_sites)
 
     def __post_init__(self) -> None:
+        from attnum.numerics.mma_sites import check_arch
+
+        object.__setattr__(self, "mma", check_arch(self.mma, param="mma"))
         InputSpec(batch=self.batch, heads=self.heads, seq_len=self.seq_len, head_dim=self.head_dim, seed=self.seed)
         object.__setattr__(self, "fmt", quant_format(self.fmt))
         if self.fmt == "int8":
@@ -71,17 +75,22 @@ def run_fp8_table(cfg: FP8TableConfig) -> list[dict]:
     q, k, v = make_qkv(InputSpec(batch=cfg.batch, heads=cfg.heads, seq_len=cfg.seq_len, head_dim=cfg.head_dim,
                                  dist="outlier", seed=cfg.seed))
     gold = golden_attention(q, k, v)
-    f, b = cfg.fmt, cfg.block
+    f, b, mm = cfg.fmt, cfg.block, cfg.mma
+    tc = f",mma={mm}" if mm else ""
     runs = {
-        "baseline-fp16": lambda: baseline_attention(q, k, v, policy="uniform:fp16"),
-        "fa2-fp16": lambda: flash_attention(q, k, v, policy="fa2:fp16", block_k=b),
-        "baseline-fp8": lambda: fp8_baseline_attention(q, k, v, fmt=f),
-        "fa3-fp8": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="block", incoherent=True, seed=cfg.seed),
+        "baseline-fp16": lambda: baseline_attention(q, k, v, policy=f"uniform:fp16{tc}"),
+        "fa2-fp16": lambda: flash_attention(q, k, v, policy=f"fa2:fp16{tc}", block_k=b),
+        "baseline-fp8": lambda: fp8_baseline_attention(q, k, v, fmt=f, mma=mm),
+        "fa3-fp8": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="block", incoherent=True, seed=cfg.seed,
+                                         mma=mm),
         "fa3-fp8-no-block": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="tensor", incoherent=True,
-                                                  seed=cfg.seed),
-        "fa3-fp8-no-incoherent": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="block", incoherent=False),
-        "fa3-fp8-neither": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="tensor", incoherent=False),
-        "baseline-fp8-incoherent": lambda: fp8_baseline_attention(q, k, v, fmt=f, incoherent=True, seed=cfg.seed),
+                                                  seed=cfg.seed, mma=mm),
+        "fa3-fp8-no-incoherent": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="block", incoherent=False,
+                                                       mma=mm),
+        "fa3-fp8-neither": lambda: fp8_attention(q, k, v, fmt=f, block=b, granularity="tensor", incoherent=False,
+                                                 mma=mm),
+        "baseline-fp8-incoherent": lambda: fp8_baseline_attention(q, k, v, fmt=f, incoherent=True, seed=cfg.seed,
+                                                                  mma=mm),
     }
     rows, done = [], {}
     for key, label, paper in SETTINGS:
