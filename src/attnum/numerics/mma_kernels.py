@@ -19,7 +19,7 @@ ZERO_EXP = -20000  # a zero operand's exponent: its products sit below every e_z
 if jit.numba is not None:
     from numba import njit
 
-    _bits, _pow2 = jit._bits, jit._pow2
+    _bits, _from_bits, _pow2 = jit._bits, jit._from_bits, jit._pow2
 
     @njit(inline="always", cache=True, error_model="numpy")
     def _binade(x):
@@ -57,6 +57,18 @@ if jit.numba is not None:
         if v >= overflow:
             v = np.inf
         return -v if acc < 0 else v
+
+    @njit(inline="always", cache=True, error_model="numpy")
+    def _rz_out(acc, x0, mbits, emin, overflow):
+        """:func:`_round_out` toward zero, straight-line (it vectorizes): acc (a float64 integer below
+        2**37) times 2**x0 is exact in float64, then its significand is cut to mbits fraction bits (a
+        mask of the IEEE bits) or, below 2**emin, to the quantum 2**(emin - mbits). Zero is +0."""
+        v = acc * _pow2(x0)
+        cut = _from_bits(_bits(v) & ~((np.int64(1) << (52 - mbits)) - 1))
+        q = _pow2(emin - mbits)
+        r = cut if abs(v) >= _pow2(emin) else np.trunc(v / q) * q
+        r = r + 0.0  # -0 -> +0
+        return np.copysign(np.inf, r) if abs(r) >= overflow else r
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def nv_mma(av, ea, bv, eb, c, out, L, F, e_zero, c_emin, mbits, emin, rne, overflow):
@@ -99,12 +111,17 @@ if jit.numba is not None:
                         ak, brow = av[ib, i, k], bv[ib, k]
                         for j in range(N):
                             acc[j] += np.trunc(ak * brow[j] * scale[j])
-                    for j in range(N):
-                        x = acc[j]
-                        if _finite(x):
-                            r[j] = _round_out(np.int64(x), emax[j] - F, mbits, emin, rne, overflow)
-                        else:
-                            r[j] = x
+                    if rne:
+                        for j in range(N):
+                            x = acc[j]
+                            if _finite(x):
+                                r[j] = _round_out(np.int64(x), emax[j] - F, mbits, emin, rne, overflow)
+                            else:
+                                r[j] = x
+                    else:
+                        for j in range(N):
+                            x = acc[j]
+                            r[j] = _rz_out(x, emax[j] - F, mbits, emin, overflow) if _finite(x) else x
                 out[ib, i, :] = r
 
     @njit(inline="always", cache=True, error_model="numpy")
