@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import torch
 
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
@@ -140,3 +141,39 @@ def test_3_a_declared_arithmetic_within_the_dtypes_rule_still_passes():
     row = _rows(run_audit(AuditConfig(dtypes="bf16", probes="odd-lengths", isolate=False), target=fa2))
     row = row[("odd-lengths", "bf16")]
     assert row.status == "pass" and "judged against the declared arithmetic fa2:bf16" in row.note, row.note
+
+
+# ---- 4. a policy a path cannot run is an error, never a substitution -----------------------------------
+
+@pytest.mark.parametrize("policy", ["sage1:fp16", "sage3:bf16"])
+def test_4_decode_paths_refuse_a_low_bit_policy_instead_of_running_fa2(policy):
+    from attnum.attention.decode import decode_attention
+    from attnum.attention.paged import paged_decode_attention, to_pages
+    from attnum.errors import AttnumInputError
+
+    q, k = torch.randn(1, 2, 1, 64), torch.randn(1, 2, 16, 64)
+    with pytest.raises(AttnumInputError, match="policy=.*one-pass prefill"):
+        decode_attention(q, k, k, policy=policy)
+    kp, table = to_pages(k, 8, cache_seqlens=torch.tensor([16]))
+    with pytest.raises(AttnumInputError, match="policy=.*one-pass prefill"):
+        paged_decode_attention(q, kp, kp, block_table=table, cache_seqlens=torch.tensor([16]), policy=policy)
+
+
+def test_4_the_consistency_studies_refuse_a_low_bit_policy_before_they_start():
+    from attnum.errors import AttnumInputError
+    from attnum.studies.consistency.config import ConsistencyConfig
+    from attnum.studies.consistency.tokens import TokensConfig
+
+    with pytest.raises(AttnumInputError, match="sage1:fp16"):
+        ConsistencyConfig(policy="sage1:fp16")
+    with pytest.raises(AttnumInputError, match="sage1"):
+        TokensConfig(policy="sage1")
+    ConsistencyConfig(policy="fa4:fp16")  # a policy every path runs stays allowed
+
+
+def test_4_cli_consistency_policy_sage1_is_one_line(capsys):
+    from _sweep_helpers import cli
+
+    assert cli("consistency", "--policy", "sage1:fp16") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one-pass prefill" in err[0], err

@@ -54,7 +54,9 @@ class ConsistencyConfig:
     def __post_init__(self) -> None:
         if self.kind != "consistency":
             raise bad_value("kind", self.kind, "'consistency'")
-        parse_policy(self.policy)
+        from attnum.attention.decode import check_decodable
+
+        check_decodable(parse_policy(self.policy))  # every way but prefill decodes: no low-bit substitution
         for name in ("length", "first_position", "positions", "heads", "kv_heads", "head_dim", "mixes",
                      "co_len_min", "co_len_max"):
             _ints(name, getattr(self, name))
