@@ -5,6 +5,7 @@ scripts/replay_attacks.py, runs the same ones end to end from the CLI)."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,3 +178,134 @@ def test_4_cli_consistency_policy_sage1_is_one_line(capsys):
     assert cli("consistency", "--policy", "sage1:fp16") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "one-pass prefill" in err[0], err
+
+
+# ---- 7, 8. the wheel cache: pinned sha256, fresh extraction, no links, truncated wheels ------------------
+
+SAGE_WHEEL = "sageattention-1.0.6-py3-none-any.whl"
+
+
+def _real_sage_wheel():
+    from attnum.kernels import wheels
+
+    for where in (wheels.cache_dir() / "wheels", Path.home() / ".cache" / "attnum" / "wheels"):
+        if (where / SAGE_WHEEL).is_file():
+            return where / SAGE_WHEEL
+    pytest.skip("no cached sageattention wheel (attnum kernels fetch sageattention downloads it, 20 kB)")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    from attnum.kernels import wheel_cache, wheels
+
+    monkeypatch.setenv("ATTNUM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(wheels, "installed", lambda pkg: False)
+    monkeypatch.setattr(wheel_cache, "_VERIFIED", {})
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    return tmp_path / "cache"
+
+
+def _forged_wheel(path: Path, payload: str) -> None:
+    import zipfile
+
+    from attnum.kernels import wheels
+
+    with zipfile.ZipFile(path, "w") as z:
+        for f in wheels.FILES["sageattention"]:
+            z.writestr(f, payload)
+
+
+def test_7_every_pin_names_a_wheel_file_and_a_sha256():
+    from attnum.kernels import wheels
+
+    for name, (version, filename, sha) in wheels.WHEELS.items():
+        assert filename.startswith(f"{name.replace('-', '_')}-{version}-") and filename.endswith(".whl"), filename
+        assert len(sha) == 64 and int(sha, 16) >= 0, (name, sha)
+    assert wheels.PINS == {n: v for n, (v, _, _) in wheels.WHEELS.items()}
+
+
+def test_7_a_forged_wheel_under_the_pinned_name_is_refused_and_never_extracted(cache, capsys):
+    from attnum.cli import main
+    from attnum.kernels import wheels
+
+    pwned = cache.parent / "PWNED"
+    _forged_wheel(cache / "wheels" / SAGE_WHEEL, f"open({str(pwned)!r}, 'w').write('ran')\n")
+    assert main(["kernels", "fetch", "sageattention"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sha256" in err[0] and "not the pinned" in err[0] and "rm " in err[0], err
+    assert not wheels.source_dir("sageattention").exists()
+    assert "sha256" in wheels.missing("sageattention")
+    with pytest.raises(Exception, match="sha256"):
+        wheels.load("sageattention", "sageattention.core")
+    assert not pwned.exists()
+
+
+def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache):
+    import shutil
+
+    from attnum.kernels import wheels
+
+    shutil.copy(_real_sage_wheel(), cache / "wheels" / SAGE_WHEEL)
+    _forged_wheel(cache / "wheels" / "sageattention-1.0.6-zzz.whl", "raise SystemExit('decoy ran')\n")
+    dest = wheels.fetch("sageattention", quiet=True)
+    assert (dest / "sageattention" / "core.py").read_text().startswith(("\"\"\"", "#", "import", "from", "\n")) \
+        and "decoy" not in (dest / "sageattention" / "core.py").read_text()
+    assert wheels.missing("sageattention") == ""
+
+
+def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache):
+    import shutil
+
+    from attnum.kernels import wheels
+
+    shutil.copy(_real_sage_wheel(), cache / "wheels" / SAGE_WHEEL)
+    dest = wheels.fetch("sageattention", quiet=True)
+    core = dest / "sageattention" / "core.py"
+    core.write_text(core.read_text() + "\nraise SystemExit('planted')\n")
+    why = wheels.missing("sageattention")
+    assert "differs from the pinned wheel" in why and "attnum kernels fetch sageattention" in why, why
+    assert wheels.fetch("sageattention", quiet=True) == dest and wheels.missing("sageattention") == ""
+    assert "planted" not in core.read_text()  # re-extracted from the verified wheel
+
+
+def test_8_a_symlink_inside_the_cache_is_never_written_through(cache):
+    import shutil
+
+    from attnum.kernels import wheels
+
+    shutil.copy(_real_sage_wheel(), cache / "wheels" / SAGE_WHEEL)
+    victim = cache.parent / "victim.txt"
+    victim.write_text("keep")
+    core = wheels.source_dir("sageattention") / "sageattention" / "core.py"
+    core.parent.mkdir(parents=True)
+    core.symlink_to(victim)
+    dest = wheels.fetch("sageattention", quiet=True)  # a fresh tree renamed over the planted one
+    assert victim.read_text() == "keep" and not (dest / "sageattention" / "core.py").is_symlink()
+    # a link planted after the fetch is refused at use, never read through
+    (dest / "sageattention" / "core.py").unlink()
+    (dest / "sageattention" / "core.py").symlink_to(victim)
+    assert "symbolic link" in wheels.missing("sageattention")
+    # a linked folder in place of the tree is refused at use, and a fetch replaces the link, not its target
+    shutil.rmtree(dest)
+    (cache / "elsewhere").mkdir()
+    dest.symlink_to(cache / "elsewhere")
+    assert "symbolic link" in wheels.missing("sageattention")
+    wheels.fetch("sageattention", quiet=True)
+    assert not any((cache / "elsewhere").iterdir()) and not dest.is_symlink() and wheels.missing("sageattention") == ""
+    # a linked wheels folder is refused, never written through
+    shutil.rmtree(cache / "wheels")
+    (cache / "wheels").symlink_to(cache / "elsewhere")
+    with pytest.raises(Exception, match="symbolic link"):
+        wheels.fetch("sageattention", quiet=True)
+    assert not any((cache / "elsewhere").iterdir())
+
+
+def test_8_a_truncated_wheel_is_one_line_naming_the_file_and_the_command(cache, capsys):
+    from attnum.cli import main
+
+    data = _real_sage_wheel().read_bytes()
+    (cache / "wheels" / SAGE_WHEEL).write_bytes(data[: len(data) // 2])
+    assert main(["kernels", "fetch", "sageattention"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and SAGE_WHEEL in err[0] and "attnum kernels fetch sageattention" in err[0], err
+    assert "internal error" not in err[0] and "BadZipFile" not in err[0]
