@@ -309,3 +309,28 @@ def test_8_a_truncated_wheel_is_one_line_naming_the_file_and_the_command(cache, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and SAGE_WHEEL in err[0] and "attnum kernels fetch sageattention" in err[0], err
     assert "internal error" not in err[0] and "BadZipFile" not in err[0]
+
+
+# ---- 5. the LM activation cache is checked before use --------------------------------------------------
+
+@pytest.mark.parametrize("forged", ["small", "zeros"])
+def test_5_a_foreign_or_wrong_shaped_lm_cache_file_is_never_used(forged, tmp_path, monkeypatch):
+    from attnum.workloads import structured
+    from attnum.workloads.inputs import InputSpec
+
+    monkeypatch.setenv("ATTNUM_CACHE", str(tmp_path))
+    spec = InputSpec(batch=1, heads=2, kv_heads=2, seq_len=128, kv_len=128, head_dim=64, seed=0, dist="lm")
+    path = structured._cache_path(1, 0)
+    shape = (1, 2, 128, 64)
+    bad = {"small": [torch.zeros(3, 5, dtype=torch.float64)] * 3,
+           "zeros": [torch.zeros(shape, dtype=torch.float64)] * 3,
+           "nan": [torch.full(shape, float("nan"), dtype=torch.float64)] * 3,
+           "not-a-list": {"q": 1}}[forged]
+    torch.save(bad, path)
+    structured._captured.cache_clear()
+    try:
+        q, k, v = structured.lm_qkv(spec)
+    finally:
+        structured._captured.cache_clear()
+    assert q.shape == k.shape == v.shape == shape and bool(torch.isfinite(q).all()) and float(q.abs().max()) > 0
+    assert structured._checked(torch.load(path, weights_only=True), 1) is not None  # retrained and rewritten
