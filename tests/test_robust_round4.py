@@ -334,3 +334,30 @@ def test_5_a_foreign_or_wrong_shaped_lm_cache_file_is_never_used(forged, tmp_pat
         structured._captured.cache_clear()
     assert q.shape == k.shape == v.shape == shape and bool(torch.isfinite(q).all()) and float(q.abs().max()) > 0
     assert structured._checked(torch.load(path, weights_only=True), 1) is not None  # retrained and rewritten
+
+
+# ---- 6. TRITON_INTERPRET=1 set by the user: the verdict names the interpreter's model ---------------------
+
+def test_6_a_triton_target_named_without_the_prefix_under_triton_interpret_runs_the_faithful_model(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from _sweep_helpers import cli_env
+
+    pytest.importorskip("triton")
+    kernel = Path(__file__).parent / "_interp_triton_attention.py"
+    run = subprocess.run([sys.executable, "-m", "attnum", "audit", f"{kernel}:attention_tf32", "--dtype", "bf16",
+                          "--probes", "scale-argument", "--json"], capture_output=True, text=True, timeout=280,
+                         cwd=tmp_path, env={**cli_env(), "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(run.stdout)
+    assert doc["numerics"].startswith("triton-interp:nvidia-sm90"), doc["numerics"]
+    assert all(p["numerics"] == doc["numerics"] for p in doc["probes"])
+
+
+def test_6_huge_margins_print_readably():
+    from attnum.audit.report import margin
+
+    assert margin(17313619418.68) == "1.7e+12 %"
+    assert margin(0.87) == "87%" and margin(float("inf")) == "inf" and margin(float("nan")) == "-"
