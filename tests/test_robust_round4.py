@@ -361,3 +361,53 @@ def test_6_huge_margins_print_readably():
 
     assert margin(17313619418.68) == "1.7e+12 %"
     assert margin(0.87) == "87%" and margin(float("inf")) == "inf" and margin(float("nan")) == "-"
+
+
+# ---- 9. every study command checks its memory before it starts -----------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ("consistency", "--batch-sizes", "1000000000"), ("consistency", "--mixes", "1000000000"),
+    ("consistency", "--length", "1000000000"), ("lowbit-table", "--seq-len", "1000000000"),
+    ("lowbit-table", "--rescale", "--seq-lens", "1000000000")])
+def test_9_a_study_too_large_for_this_machine_is_refused_in_one_line_before_it_starts(args, capsys):
+    from _sweep_helpers import cli
+
+    assert cli(*args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "of memory" in err[0] and "lower" in err[0], err
+
+
+def test_9_the_default_studies_fit_the_budget_they_are_checked_against(monkeypatch):
+    from attnum.studies.consistency.config import ConsistencyConfig
+    from attnum.sweep.memory_budget import consistency_bytes, lowbit_bytes
+
+    assert consistency_bytes(ConsistencyConfig()) < 2e9  # what `attnum consistency` runs by default
+    assert lowbit_bytes(batch=1, heads=2, seq_len=1024, head_dim=64) < 1e9
+    monkeypatch.setenv("ATTNUM_MEMORY_LIMIT_BYTES", "4e9")
+    ConsistencyConfig().require_memory()
+
+
+# ---- 10. sweep points of kind lowbit and consistency are checked before any point runs ----------------
+
+@pytest.mark.parametrize("point, word", [
+    ({"kind": "lowbit", "seq_len": 10 ** 9}, "of memory"),
+    ({"kind": "lowbit", "batch": 10 ** 6}, "of memory"),
+    ({"kind": "lowbit", "scheme": "sage3", "head_dim": 40}, "head_dim"),
+    ({"kind": "consistency", "length": 10 ** 9}, "of memory"),
+    ({"kind": "consistency", "batch_sizes": [10 ** 9]}, "of memory"),
+    ({"kind": "consistency", "policy": "sage1:fp16"}, "one-pass prefill")])
+def test_10_impossible_lowbit_and_consistency_points_are_refused_by_the_spec_check(point, word):
+    from attnum.errors import AttnumInputError
+    from attnum.sweep.spec import spec_from_dict
+
+    with pytest.raises(AttnumInputError, match=word) as err:
+        spec_from_dict({"name": "x", "points": [point]})
+    assert "impossible" in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_10_batch_sizes_in_the_clis_own_syntax_is_accepted_in_a_spec():
+    from attnum.sweep.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "x", "points": [{"kind": "consistency", "batch_sizes": "1,4", "length": 512}]})
+    (point,) = spec.groups[0].points
+    assert point.batch_sizes == (1, 4)

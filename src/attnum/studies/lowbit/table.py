@@ -130,6 +130,10 @@ def mechanisms(q, k, v, causal: bool) -> dict[str, float]:
 
 def run_lowbit_table(cfg: LowbitTableConfig) -> dict:
     """{"rows": one per (dist, setting), "mechanisms": per dist, "orderings": per claim and dist}."""
+    from attnum.sweep.memory_budget import require_lowbit
+
+    require_lowbit(batch=cfg.batch, heads=cfg.heads, seq_len=cfg.seq_len, head_dim=cfg.head_dim, what="lowbit-table",
+                   lower="--seq-len, --heads or --head-dim")
     rows, mech = [], {}
     for dist in cfg.dists:
         spec = cfg.spec(dist)
