@@ -411,3 +411,29 @@ def test_10_batch_sizes_in_the_clis_own_syntax_is_accepted_in_a_spec():
     spec = spec_from_dict({"name": "x", "points": [{"kind": "consistency", "batch_sizes": "1,4", "length": 512}]})
     (point,) = spec.groups[0].points
     assert point.batch_sizes == (1, 4)
+
+
+# ---- 13. --out FILE and empty rules are one line ---------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["consistency", "consistency-tokens"])
+@pytest.mark.parametrize("where", ["file", "/dev/null", "/proc/version"])
+def test_13_out_that_is_not_a_folder_is_one_line_before_the_study_starts(command, where, tmp_path, capsys):
+    from _sweep_helpers import cli
+
+    if where == "file":
+        where = tmp_path / "f.json"
+        where.write_text("{}")
+    elif not Path(where).exists():
+        pytest.skip(f"{where} does not exist here")
+    assert cli(command, "--out", where) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out" in err[0] and "a folder" in err[0], err
+
+
+@pytest.mark.parametrize("rules", ["fa2;;vllm", "fa2;", ";"])
+def test_13_an_empty_split_rule_is_refused_not_dropped(rules, capsys):
+    from _sweep_helpers import cli
+
+    assert cli("consistency", "--rules", rules) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rules" in err[0] and "empty" in err[0], err
