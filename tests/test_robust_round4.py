@@ -437,3 +437,42 @@ def test_13_an_empty_split_rule_is_refused_not_dropped(rules, capsys):
     assert cli("consistency", "--rules", rules) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--rules" in err[0] and "empty" in err[0], err
+
+
+# ---- 12. low-bit policies on edge inputs: golden's answer or AttnumInputError naming the input ----------
+
+@pytest.mark.parametrize("policy", ["sage1:fp16", "sage2:fp16", "sage2-4b:fp16", "sage3:fp16", "fa4:fp32"])
+@pytest.mark.parametrize("empty", ["N", "S"])
+def test_12_an_empty_q_or_k_gives_what_golden_gives(policy, empty):
+    from attnum.attention.flash import flash_attention
+    from attnum.attention.golden import golden_attention
+
+    g = torch.Generator().manual_seed(0)
+    N, S = (0, 64) if empty == "N" else (64, 0)
+    q = torch.randn(1, 2, N, 64, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, 2, S, 64, generator=g, dtype=torch.float64) for _ in range(2))
+    out, lse = flash_attention(q, k, v, policy=policy, return_lse=True)
+    gold = golden_attention(q, k, v)
+    assert out.shape == gold.shape and torch.equal(out.double(), gold.double())
+    assert lse.shape == (1, 2, N) and bool((lse == float("-inf")).all())
+
+
+@pytest.mark.parametrize("policy", ["sage2:fp16", "fa4:fp32"])
+def test_12_an_input_the_scheme_cannot_compute_is_an_input_error_naming_it(policy, monkeypatch):
+    """Whatever breaks inside the emulation on a non-finite input (a bare RuntimeError / IndexError from
+    torch's reductions) reaches the caller as AttnumInputError naming the tensor that holds it."""
+    from attnum.attention import flash, sage
+    from attnum.errors import AttnumInputError
+
+    def broken(*a, **kw):
+        raise IndexError("index -1 is out of bounds for dimension 0 with size 0")
+
+    monkeypatch.setattr(sage, "sage_attention", broken)
+    monkeypatch.setattr(flash, "flash_forward", broken)
+    q, k, v = (torch.randn(1, 2, 64, 64) for _ in range(3))
+    k[0, 0, 3, 5] = float("inf")
+    with pytest.raises(AttnumInputError, match=r"^k holds inf"):
+        flash.flash_attention(q, k, v, policy=policy)
+    q[0, 1, 2, 3] = float("nan")
+    with pytest.raises(AttnumInputError, match=r"^q holds NaN"):
+        flash.flash_attention(q, k, v, policy=policy)
