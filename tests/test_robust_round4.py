@@ -476,3 +476,36 @@ def test_12_an_input_the_scheme_cannot_compute_is_an_input_error_naming_it(polic
     q[0, 1, 2, 3] = float("nan")
     with pytest.raises(AttnumInputError, match=r"^q holds NaN"):
         flash.flash_attention(q, k, v, policy=policy)
+
+
+# ---- 11. a large reply is received into one preallocated buffer ------------------------------------------
+
+def test_11_a_large_reply_arrives_whole_and_the_frame_buffer_is_allocated_once(tmp_path, monkeypatch):
+    """A 256 MiB output comes back bit for bit; the parent reads it with os.readv straight into a buffer of
+    the frame's announced size (the old loop grew a bytes object by 1 MiB copies: quadratic, 250 s for
+    512 MiB)."""
+    import os
+
+    from attnum.sandbox import server as srv
+    from attnum.sandbox.remote import RemoteTarget
+    from attnum.sandbox.server import KernelServer
+
+    (tmp_path / "big.py").write_text("import torch\ndef attention(q, k, v, **kw):\n"
+                                     "    return torch.arange(64 << 20, dtype=torch.float32).reshape(1, 1, -1, 1)\n")
+    reads = []
+    real = os.readv
+
+    def counting(fd, bufs):
+        n = real(fd, bufs)
+        reads.append((n, sum(len(b) for b in bufs)))
+        return n
+
+    monkeypatch.setattr(srv.os, "readv", counting)
+    q = torch.zeros(1, 1, 1, 1)
+    with KernelServer("attention", f"{tmp_path / 'big.py'}:attention", timeout=120) as s:
+        s.start()
+        reads.clear()
+        out = RemoteTarget(s)(q, q, q)
+    assert out.shape == (1, 1, 64 << 20, 1) and bool((out.flatten() == torch.arange(64 << 20)).all())
+    frame = max(asked for _, asked in reads)
+    assert frame >= 256 << 20  # the first payload read asks for the whole frame: one buffer, filled in place
