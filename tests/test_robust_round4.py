@@ -509,3 +509,88 @@ def test_11_a_large_reply_arrives_whole_and_the_frame_buffer_is_allocated_once(t
     assert out.shape == (1, 1, 64 << 20, 1) and bool((out.flatten() == torch.arange(64 << 20)).all())
     frame = max(asked for _, asked in reads)
     assert frame >= 256 << 20  # the first payload read asks for the whole frame: one buffer, filled in place
+
+
+# ---- 14. Ctrl-C while a library is being imported is an interruption, never an internal error ----------
+
+def test_14_an_interrupt_that_breaks_an_import_exits_130_interrupted(monkeypatch, capsys):
+    """What matplotlib's import does when Ctrl-C lands inside it: the KeyboardInterrupt is swallowed and a
+    ValueError (or ImportError) comes out. A SIGINT was seen, so the command was interrupted."""
+    import os
+    import signal
+
+    import typer
+
+    from attnum import cli as cli_mod
+
+    def build():
+        app = typer.Typer()
+
+        @app.command()
+        def sweep():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, delivered to this process
+                time_left = 50
+                while time_left:  # the handler runs between bytecodes
+                    time_left -= 1
+            except KeyboardInterrupt:
+                raise ValueError("module 'matplotlib' has no attribute 'rcParams'") from None
+
+        @app.command()
+        def other():
+            pass
+
+        return app
+
+    monkeypatch.setattr(cli_mod, "build_app", build)
+    monkeypatch.setattr(signal, "getsignal", lambda s: signal.default_int_handler)  # as in a terminal
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli_mod.main(["sweep"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, before)
+    err = capsys.readouterr().err
+    assert err.strip() == "attnum: interrupted" and "internal error" not in err
+
+
+def test_14_without_an_interrupt_the_same_error_stays_an_internal_error(monkeypatch, capsys, tmp_path):
+    import typer
+
+    from attnum import cli as cli_mod
+
+    def build():
+        app = typer.Typer()
+
+        @app.command()
+        def sweep():
+            raise ValueError("a real bug")
+
+        @app.command()
+        def other():
+            pass
+
+        return app
+
+    monkeypatch.setattr(cli_mod, "build_app", build)
+    monkeypatch.setenv("ATTNUM_TRACEBACK_DIR", str(tmp_path))
+    assert cli_mod.main(["sweep"]) == 1
+    assert "internal error: ValueError: a real bug" in capsys.readouterr().err
+
+
+def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
+    """SIGINT while ``python -m attnum`` is still importing (torch takes about a second)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from _sweep_helpers import cli_env
+
+    p = subprocess.Popen([sys.executable, "-m", "attnum", "runs", str(tmp_path)], env=cli_env(), cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # inside the imports (measured: `python -m attnum` imports for well over 0.3 s here)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    if p.returncode == 2:  # the machine was fast enough to finish first: nothing to judge
+        pytest.skip("the command finished before the interrupt")
+    assert p.returncode == 130 and err.strip().splitlines() == ["attnum: interrupted"], (p.returncode, err[-500:])

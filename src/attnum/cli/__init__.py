@@ -86,8 +86,44 @@ def build_app() -> typer.Typer:
     return app
 
 
+_INTERRUPTED: list[bool] = []  # a SIGINT arrived during this main(): what it broke is an interruption
+
+
+def _on_sigint(signum, frame) -> None:
+    _INTERRUPTED.append(True)
+    raise KeyboardInterrupt
+
+
+def _watch_interrupts():
+    """Note every SIGINT (then raise KeyboardInterrupt, as Python's own handler does): an interrupt that
+    lands inside a library's import (matplotlib's) comes out as its ValueError or ImportError, which is
+    still an interruption, exit 130, never an internal error. Returns the handler to restore."""
+    import signal
+    import threading
+
+    _INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:
+        return None  # someone else (a test runner, an embedding program) owns it
+    signal.signal(signal.SIGINT, _on_sigint)
+    return before
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
+    before = _watch_interrupts()
+    try:
+        return _main(argv)
+    finally:
+        if before is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, before)
+
+
+def _main(argv: list[str] | None) -> int:
     app = build_app()
     try:
         code = typer.main.get_command(app).main(args=argv, prog_name="attnum", standalone_mode=False)
@@ -122,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         print("attnum: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - anything else is a bug: say where its traceback is
+        if _INTERRUPTED:  # what a Ctrl-C broke (an import half done): the interrupt, not a bug
+            print("attnum: interrupted", file=sys.stderr)
+            return 130
         return _internal(err, argv)
 
 
