@@ -1059,9 +1059,9 @@ def _(tmp):
 def _(tmp):
     (tmp / "moves.py").write_text(MOVES)
     p, doc = _audit_json(tmp, f"{tmp / 'moves.py'}:Moves", "--dtype", "fp32", "--probes", "decode-batch-invariance")
-    rows = [(r["verdict"], r["note"][:60]) for r in doc["probes"]] if doc else []
-    ok = p.returncode == 1 and rows and rows[0][0] == "fail" and "claims" in rows[0][1]
-    return bool(ok), f"exit {p.returncode}, {rows}"
+    rows = [(r["verdict"], r["note"]) for r in doc["probes"]] if doc else []
+    ok = p.returncode == 1 and rows and rows[0][0] == "fail" and "claims attnum_batch_invariant" in rows[0][1]
+    return bool(ok), f"exit {p.returncode}, {[(v, n[-70:]) for v, n in rows]}"
 
 
 @attack("round4", "3. an e4m3 kernel declaring uniform:e4m3fn is not a bf16 PASS; the verdict names the arithmetic")
