@@ -12,8 +12,9 @@ def _on_sigint(signum, frame):  # Ctrl-C while attnum itself is still being impo
 
 
 _before = signal.getsignal(signal.SIGINT)
-if _before is signal.default_int_handler:  # not when ignored (``cmd &`` in a script) or owned by a caller
+if _before is not signal.SIG_IGN:  # not when ignored (``cmd &`` in a script)
     signal.signal(signal.SIGINT, _on_sigint)
+    _before = signal.default_int_handler
 try:
     from attnum.cli import main
 except BaseException as exc:

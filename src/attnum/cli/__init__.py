@@ -115,7 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
     before = _watch_interrupts()
     try:
-        return _main(argv)
+        code = _main(argv)
+        if _INTERRUPTED and code != 130:  # a library swallowed the KeyboardInterrupt and the command went on
+            print("attnum: interrupted", file=sys.stderr)
+            return 130
+        return code
+    except KeyboardInterrupt:  # while the commands were being registered (their imports)
+        print("attnum: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - as in _main: an interrupted import, or a bug
+        if _INTERRUPTED:
+            print("attnum: interrupted", file=sys.stderr)
+            return 130
+        return _internal(err, argv)
     finally:
         if before is not None:
             import signal
