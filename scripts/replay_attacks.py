@@ -1256,8 +1256,8 @@ def _(tmp):
         time.sleep(0.1 * (i + 1))
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
-        if "<frozen site>" in err:  # landed in Python's own start-up, before any of attnum's code
-            continue
+        if "Traceback" in err and "attnum" not in err.replace("attnum-attack", ""):
+            continue  # landed in Python's own start-up (site, runpy), before any of attnum's code ran
         if p.returncode != 130 or "internal error" in err or "Traceback" in err or "interrupted" not in err:
             seen.append(f"{0.1 * (i + 1):.1f}s: exit {p.returncode} {err.strip().splitlines()[-1:] }")
     return not seen, "; ".join(seen)[:200] or "12 of 12 interrupted"
