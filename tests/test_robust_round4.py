@@ -593,4 +593,6 @@ def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
     out, err = p.communicate(timeout=120)
     if p.returncode == 2:  # the machine was fast enough to finish first: nothing to judge
         pytest.skip("the command finished before the interrupt")
+    if "Traceback" in err and "attnum" not in err:  # a loaded machine: still in Python's own start-up (site)
+        pytest.skip("the interrupt landed before any of attnum's code ran")
     assert p.returncode == 130 and err.strip().splitlines() == ["attnum: interrupted"], (p.returncode, err[-500:])
