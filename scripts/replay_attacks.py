@@ -1,5 +1,5 @@
-"""Replay every attack of issue 13 ("Trustworthy under real use") and issue 19 ("Nothing lost, nothing
-forged, round 3") against this checkout's CLI.
+"""Replay every attack of issue 13 ("Trustworthy under real use"), issue 19 ("Nothing lost, nothing
+forged, round 3") and issue 32 ("Nothing forged, round 4") against this checkout's CLI.
 
 Each attack is one thing a new user, a hostile kernel or a bad machine does; each has the behaviour
 the issue asks for. The script runs them all in fresh processes (``python -m attnum ...``, the
@@ -7,7 +7,8 @@ command a user types), prints one line per attack (``ok`` or ``BAD`` with what w
 count, and exits 1 if any misbehaved. It is the closing note's count, and it runs from a fresh
 clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 14 minutes on 2 loaded cores;
 ``python scripts/replay_attacks.py round3`` runs issue 19's first 22 alone, about 4 minutes, and
-``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes).
+``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes;
+``python scripts/replay_attacks.py round4`` issue 32's cases).
 
 The pytest suite covers the same ground case by case (tests/test_robust_*.py); this is the
 end-to-end view of the issue's list, in its order.
@@ -1005,6 +1006,263 @@ def _(tmp):
     return la == lb, f"losses {la} vs plain SDPA {lb}"
 
 
+# -- round 4 (issue 32): lies a target can tell, caches it can poison, runs that ask for the machine --
+
+def _audit_json(tmp: Path, target_spec: str, *flags: str, env_extra: dict | None = None):
+    p = cli("audit", target_spec, *flags, "--json", cwd=tmp, env={**env(), **(env_extra or {})})
+    try:
+        return p, strict_json(p.stdout)
+    except ValueError:
+        return p, None
+
+
+FRESH = '''
+from attnum.kernels.serving import reference
+REF = reference("fa2")
+class Fresh:
+    accepts_out = True
+    @staticmethod
+    def decode(q, k, v, *, cache_seqlens, out=None, lse_out=None, return_lse=False, **kw):
+        return REF.decode(q, k, v, cache_seqlens=cache_seqlens, return_lse=return_lse, **kw)
+'''
+
+MOVES = '''
+import torch
+from attnum.kernels.serving import reference
+REF = reference("fa2")
+class Moves:
+    attnum_batch_invariant = True
+    @staticmethod
+    def decode(q, k, v, *, cache_seqlens, **kw):
+        o = REF.decode(q, k, v, cache_seqlens=cache_seqlens, **kw)
+        return torch.nextafter(o, torch.full_like(o, float("inf"))) if q.shape[0] > 1 else o
+'''
+
+E4M3 = '''
+from attnum.attention.flash import flash_attention
+def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return flash_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                           policy="uniform:e4m3fn").to(q.dtype)
+attention.attnum_emulation = "uniform:e4m3fn"
+'''
+
+
+@attack("round4", "1. accepts_out adapter never writes the poisoned out and returns a fresh tensor: unwritten")
+def _(tmp):
+    (tmp / "fresh.py").write_text(FRESH)
+    p, doc = _audit_json(tmp, f"{tmp / 'fresh.py'}:Fresh", "--dtype", "fp32", "--probes", "empty-sequence")
+    verdicts = [r["verdict"] for r in doc["probes"]] if doc else []
+    return p.returncode == 1 and verdicts == ["unwritten"], f"exit {p.returncode}, verdicts {verdicts}"
+
+
+@attack("round4", "2. attnum_batch_invariant on a class adapter is read: a one-ulp move with B > 1 fails")
+def _(tmp):
+    (tmp / "moves.py").write_text(MOVES)
+    p, doc = _audit_json(tmp, f"{tmp / 'moves.py'}:Moves", "--dtype", "fp32", "--probes", "decode-batch-invariance")
+    rows = [(r["verdict"], r["note"]) for r in doc["probes"]] if doc else []
+    ok = p.returncode == 1 and rows and rows[0][0] == "fail" and "claims attnum_batch_invariant" in rows[0][1]
+    return bool(ok), f"exit {p.returncode}, {[(v, n[-70:]) for v, n in rows]}"
+
+
+@attack("round4", "3. an e4m3 kernel declaring uniform:e4m3fn is not a bf16 PASS; the verdict names the arithmetic")
+def _(tmp):
+    (tmp / "e4.py").write_text(E4M3)
+    p, doc = _audit_json(tmp, f"{tmp / 'e4.py'}:attention", "--dtype", "bf16", "--probes", "odd-lengths")
+    rows = [(r["verdict"], r["note"]) for r in doc["probes"]] if doc else []
+    ok = rows and rows[0][0] != "pass" and "declared arithmetic uniform:e4m3fn" in rows[0][1] \
+        and "only against the declared arithmetic" in rows[0][1]
+    return bool(ok), f"exit {p.returncode}, {[(v, n[:80]) for v, n in rows]}"
+
+
+@attack("round4", "4. consistency --policy sage1:fp16: refused (decode paths cannot run it), not run as fa2")
+def _(tmp):
+    return one_line_error(cli("consistency", "--policy", "sage1:fp16", cwd=tmp), 2, "one-pass prefill")
+
+
+@attack("round4", "5. a foreign 3 x 5 file at the LM activation cache path is not used (compare --dist lm)")
+def _(tmp):
+    import torch
+
+    cache = tmp / "cache"
+    cache.mkdir()
+    (cache / "lm_qkv_0_1_s60_n128.pt").write_bytes(b"")
+    torch.save([torch.zeros(3, 5, dtype=torch.float64)] * 3, cache / "lm_qkv_0_1_s60_n128.pt")
+    p = cli("compare", "--dist", "lm", "--seq-len", "128", "--head-dim", "64", "--heads", "2", "--batch", "1",
+            "--json", cwd=tmp, env={**env(), "ATTNUM_CACHE": str(cache)}, timeout=600)
+    loaded = torch.load(cache / "lm_qkv_0_1_s60_n128.pt", weights_only=True)
+    shape = tuple(loaded[0].shape) if isinstance(loaded, list) else None
+    return p.returncode == 0 and shape == (1, 2, 128, 64), f"exit {p.returncode}, cache now {shape}"
+
+
+@attack("round4", "6. TRITON_INTERPRET=1 and no prefix: the verdict names the interpreter's model, not raw")
+def _(tmp):
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return True, "skipped: triton is not installed"
+    kernel = ROOT / "tests" / "_interp_triton_attention.py"
+    p, doc = _audit_json(tmp, f"{kernel}:attention_tf32", "--dtype", "bf16", "--probes", "scale-argument",
+                         env_extra={"TRITON_INTERPRET": "1"})
+    numerics = doc.get("numerics") if doc else None
+    return p.returncode == 0 and str(numerics).startswith("triton-interp:nvidia"), f"exit {p.returncode}, {numerics}"
+
+
+def _fake_sage_wheel(path: Path, body: str) -> None:
+    """A zip holding every kernel file attnum extracts from sageattention's wheel, each ``body``."""
+    code = ("import sys, zipfile\nfrom attnum.kernels import wheels\n"
+            "with zipfile.ZipFile(sys.argv[1], 'w') as z:\n"
+            "    [z.writestr(f, sys.argv[2]) for f in wheels.FILES['sageattention']]\n")
+    subprocess.run([sys.executable, "-c", code, str(path), body], check=True, env=env(), timeout=120)
+
+
+SAGE_WHL = "sageattention-1.0.6-py3-none-any.whl"
+
+
+@attack("round4", "7. kernels fetch: a forged zip under the pinned wheel name is refused by its sha256, never run")
+def _(tmp):
+    cache = tmp / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    _fake_sage_wheel(cache / "wheels" / SAGE_WHL, f"open({str(tmp / 'PWNED')!r}, 'w')\n")
+    p = cli("kernels", "fetch", "sageattention", cwd=tmp, env={**env(), "ATTNUM_CACHE": str(cache)})
+    ok, seen = one_line_error(p, 3, "sha256", "rm ")
+    a = cli("audit", "sage1-triton", *CHEAP, cwd=tmp, env={**env(), "ATTNUM_CACHE": str(cache), "TRITON_INTERPRET": "1"})
+    pwned = (tmp / "PWNED").exists()
+    return ok and not pwned and a.returncode != 0, f"{seen}; audit exit {a.returncode}; code ran: {pwned}"
+
+
+@attack("round4", "7. kernels fetch: a decoy ...-zzz.whl beside the real wheel is never picked")
+def _(tmp):
+    import shutil
+
+    real = Path.home() / ".cache" / "attnum" / "wheels" / SAGE_WHL
+    cache = tmp / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    if real.is_file():
+        shutil.copy(real, cache / "wheels" / SAGE_WHL)
+    _fake_sage_wheel(cache / "wheels" / "sageattention-1.0.6-zzz.whl", "raise SystemExit('decoy')\n")
+    p = cli("kernels", "fetch", "sageattention", cwd=tmp, env={**env(), "ATTNUM_CACHE": str(cache)})
+    core = cache / "src" / "sageattention-1.0.6" / "sageattention" / "core.py"
+    decoy = core.is_file() and "decoy" in core.read_text()
+    return p.returncode in (0, 3) and not decoy, f"exit {p.returncode}, decoy extracted: {decoy}"
+
+
+@attack("round4", "8. a symlink inside the extracted cache is not written through; a truncated wheel is one line")
+def _(tmp):
+    import shutil
+
+    real = Path.home() / ".cache" / "attnum" / "wheels" / SAGE_WHL
+    cache = tmp / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    victim = tmp / "victim.txt"
+    victim.write_text("keep")
+    core = cache / "src" / "sageattention-1.0.6" / "sageattention" / "core.py"
+    core.parent.mkdir(parents=True)
+    core.symlink_to(victim)
+    data = real.read_bytes() if real.is_file() else b"PK\x03\x04" + b"x" * 1000
+    (cache / "wheels" / SAGE_WHL).write_bytes(data[: len(data) // 2])
+    p = cli("kernels", "fetch", "sageattention", cwd=tmp, env={**env(), "ATTNUM_CACHE": str(cache)})
+    ok, seen = one_line_error(p, 3, SAGE_WHL, "attnum kernels fetch sageattention")
+    if real.is_file():
+        shutil.copy(real, cache / "wheels" / SAGE_WHL)
+        q = cli("kernels", "fetch", "sageattention", cwd=tmp, env={**env(), "ATTNUM_CACHE": str(cache)})
+        ok = ok and q.returncode == 0
+    return ok and victim.read_text() == "keep", f"{seen}; victim {'kept' if victim.read_text() == 'keep' else 'OVERWRITTEN'}"
+
+
+for _args in (("consistency", "--batch-sizes", "1000000000"), ("consistency", "--mixes", "1000000000"),
+              ("consistency", "--length", "1000000000"), ("lowbit-table", "--seq-len", "1000000000"),
+              ("lowbit-table", "--rescale", "--seq-lens", "1000000000")):
+    @attack("round4", f"9. attnum {' '.join(_args)}: refused for its memory before it starts")
+    def _(tmp, _args=_args):
+        return one_line_error(cli(*_args, cwd=tmp, timeout=120), 2, "of memory")
+
+
+for _what, _point in (("lowbit seq_len = 10^9", 'kind = "lowbit"\nseq_len = 1000000000'),
+                      ("lowbit batch = 10^6", 'kind = "lowbit"\nbatch = 1000000'),
+                      ("lowbit sage3 head_dim 40", 'kind = "lowbit"\nscheme = "sage3"\nhead_dim = 40'),
+                      ("consistency length = 10^9", 'kind = "consistency"\nlength = 1000000000'),
+                      ("consistency batch_sizes = [10^9]", 'kind = "consistency"\nbatch_sizes = [1000000000]')):
+    @attack("round4", f"10. a sweep point of {_what} is refused by the spec check before any point runs")
+    def _(tmp, _point=_point):
+        (tmp / "s.toml").write_text(f'name = "x"\n[[points]]\n{_point}\n')
+        p = cli("sweep", tmp / "s.toml", "--out", "o", cwd=tmp, timeout=120)
+        ok, seen = one_line_error(p, 2, "impossible")
+        return ok and not (tmp / "o" / "attnum.sqlite").exists(), seen
+
+
+@attack("round4", "10. batch_sizes = \"1,4\" (the CLI's own syntax) is accepted in a spec")
+def _(tmp):
+    code = ("from attnum.sweep.spec import load_spec\n"
+            "print(load_spec('s.toml').groups[0].points[0].batch_sizes)\n")
+    (tmp / "s.toml").write_text('name = "x"\n[[points]]\nkind = "consistency"\nbatch_sizes = "1,4"\nlength = 512\n')
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=120, env=env())
+    return p.returncode == 0 and p.stdout.strip() == "(1, 4)", f"exit {p.returncode}: {(p.stdout + p.stderr)[-140:]}"
+
+
+@attack("round4", "11. a 512 MiB reply from a target is received within 60 s")
+def _(tmp):
+    (tmp / "big.py").write_text("import torch\ndef attention(q, k, v, **kw):\n"
+                                "    return torch.ones(1, 1, 128 << 20, 1)\n")
+    code = ("import torch, time\nfrom attnum.sandbox.server import KernelServer\n"
+            "from attnum.sandbox.remote import RemoteTarget\nq = torch.zeros(1, 1, 1, 1)\n"
+            f"with KernelServer('attention', {str(tmp / 'big.py') + ':attention'!r}, timeout=120) as s:\n"
+            "    s.start(); t = time.perf_counter(); o = RemoteTarget(s)(q, q, q)\n"
+            "    print(round(time.perf_counter() - t, 1), int(o.sum()))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=200, env=env())
+    out = p.stdout.split()
+    ok = p.returncode == 0 and len(out) == 2 and float(out[0]) < 60 and int(out[1]) == 128 << 20
+    return ok, f"exit {p.returncode}, {' '.join(out) or p.stderr[-120:]} (seconds, elements)"
+
+
+@attack("round4", "12. the API on edge inputs: golden's answer or AttnumInputError, never a bare error")
+def _(tmp):
+    code = ("import torch\nfrom attnum.attention.flash import flash_attention\nfrom attnum.errors import AttnumInputError\n"
+            "bad = []\nfor p in ('sage1:fp16', 'sage2:fp16', 'sage2-4b:fp16', 'sage3:fp16', 'fa4:fp32'):\n"
+            "    q = torch.randn(1, 2, 64, 64); k = torch.randn(1, 2, 64, 64); v = torch.randn(1, 2, 64, 64)\n"
+            "    ki = k.clone(); ki[0, 0, 3, 5] = float('inf'); qn = q.clone(); qn[0, 0, 1, 1] = float('nan')\n"
+            "    for name, a in (('inf K', (q, ki, v)), ('1e30', (q * 1e30, k * 1e30, v * 1e30)), ('nan Q', (qn, k, v)),\n"
+            "                    ('S=0', (q, k[:, :, :0], v[:, :, :0])), ('N=0', (q[:, :, :0], k, v))):\n"
+            "        try:\n            flash_attention(*a, policy=p)\n"
+            "        except AttnumInputError:\n            pass\n"
+            "        except Exception as e:\n            bad.append(f'{p} {name}: {type(e).__name__}')\n"
+            "print(bad)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=300, env=env())
+    return p.returncode == 0 and p.stdout.strip() == "[]", f"exit {p.returncode}: {p.stdout.strip()[:140]}"
+
+
+for _cmd, _where in (("consistency", "FILE"), ("consistency-tokens", "FILE"), ("consistency", "/dev/null"),
+                     ("consistency-tokens", "/proc/version")):
+    @attack("round4", f"13. {_cmd} --out {_where}: one line before the study starts")
+    def _(tmp, _cmd=_cmd, _where=_where):
+        where = _where
+        if where == "FILE":
+            (tmp / "f.json").write_text("{}")
+            where = str(tmp / "f.json")
+        return one_line_error(cli(_cmd, "--out", where, cwd=tmp, timeout=120), 2, "--out", "a folder")
+
+
+@attack("round4", "13. consistency --rules 'fa2;;vllm': the empty rule is refused, not dropped")
+def _(tmp):
+    return one_line_error(cli("consistency", "--rules", "fa2;;vllm", cwd=tmp), 2, "--rules", "empty")
+
+
+@attack("round4", "14. Ctrl-C in the first second of a sweep (12 tries, 0.1-1.2 s): exit 130 'interrupted'")
+def _(tmp):
+    _spec(tmp)
+    seen = []
+    for i in range(12):
+        p = subprocess.Popen([sys.executable, "-m", "attnum", "sweep", str(tmp / "spec.toml"), "--out", f"o{i}"],
+                             cwd=tmp, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.1 * (i + 1))
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        if "Traceback" in err and "attnum" not in err.replace("attnum-attack", ""):
+            continue  # landed in Python's own start-up (site, runpy), before any of attnum's code ran
+        if p.returncode != 130 or "internal error" in err or "Traceback" in err or "interrupted" not in err:
+            seen.append(f"{0.1 * (i + 1):.1f}s: exit {p.returncode} {err.strip().splitlines()[-1:] }")
+    return not seen, "; ".join(seen)[:200] or "12 of 12 interrupted"
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []
@@ -1019,7 +1277,7 @@ def main() -> int:
                 ok, seen = False, f"{type(exc).__name__}: {exc}"[:160]
             results.append(ok)
             print(f"{'ok ' if ok else 'BAD'}  {section:8s} {name}  [{time.perf_counter() - t0:.0f}s] {seen}", flush=True)
-    print(f"{sum(results)} of {len(results)} attacks behaved as issues 13 and 19 ask")
+    print(f"{sum(results)} of {len(results)} attacks behaved as issues 13, 19 and 32 ask")
     return 0 if all(results) else 1
 
 

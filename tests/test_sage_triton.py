@@ -53,7 +53,9 @@ def test_sage1_triton_equals_its_emulation_except_past_a_ragged_key_tile(fetched
     for dt in ("fp16", "bf16"):
         rows = got[dt]
         for label in ("N=S=128", "N=S=130 causal", "GQA H=4 G=2 scale=0.3"):  # within 2 ulps of sage1
-            assert rows[label][0] == "pass", (dt, label, rows[label])
+            # equal to sage1; "note" where sage1 itself misses the dtype's rule (docs/audit.md, "declared arithmetic")
+            assert rows[label][0] == "pass" or (rows[label][0] == "note" and "only against the declared arithmetic"
+                                                in rows[label][4]), (dt, label, rows[label])
         # S = 97: the non-causal kernel scores the 31 keys past S (loaded as 0) as 0: far from sage1 ...
         status, ratio, *_ = rows["N=16 S=97"]
         assert status == "fail" and ratio > 10, rows["N=16 S=97"]
@@ -106,7 +108,8 @@ def test_the_emulation_judges_a_plain_callable():
     sage.attnum_emulation = "sage1"
     fa2 = family("flash", "fa2:fp16")
     cfg = AuditConfig(dtypes="fp16", probes="exp-overflow", isolate=False)
-    assert run_audit(cfg, target=sage).results[0].status == "pass"
+    same = run_audit(cfg, target=sage).results[0]  # pass, or note where sage1 itself misses fp16's rule
+    assert same.passed and same.status in ("pass", "note") and "declared arithmetic sage1" in same.note, same.note
     row = run_audit(AuditConfig(dtypes="fp16", probes="exp-overflow", isolate=False, emulation="sage1"),
                     target=fa2).results[0]
     assert row.status == "fail", row.note

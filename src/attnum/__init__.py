@@ -6,6 +6,24 @@ The numeric exports load on first use (PEP 562), so ``import attnum``, ``import 
 
 from __future__ import annotations
 
+import sys
+
+if sys.argv[:1] == ["-m"] or sys.argv[0].endswith(("/attnum", "\\attnum", "attnum.exe")):
+    # the CLI is starting (``python -m attnum`` while runpy imports this package, or the console script):
+    # a Ctrl-C from here on is "attnum: interrupted", exit 130 (attnum.__main__, attnum.cli.main), never a
+    # traceback. A library import (``import attnum``) leaves the program's SIGINT handler alone.
+    import signal as _signal
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        def _interrupted(signum, frame):
+            print("attnum: interrupted", file=sys.stderr)
+            sys.stderr.flush()
+            import os as _os
+
+            _os._exit(130)
+
+        _signal.signal(_signal.SIGINT, _interrupted)
+
 import importlib
 from typing import TYPE_CHECKING, Any
 

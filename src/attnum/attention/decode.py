@@ -107,6 +107,17 @@ def default_merge_policy(policy: Policy) -> Policy:
     return parse_policy("fp32" if policy.acc.fits_in(fp32) and policy.out.fits_in(fp32) else "fp64")
 
 
+def check_decodable(policy: Policy, param: str = "policy") -> None:
+    """Refuse a policy the decode paths cannot run: the low-bit schemes (SageAttention's quantized
+    Q K^T and P V, :mod:`attnum.attention.sage`) exist only as the one-pass prefill
+    (:func:`attnum.attention.flash.flash_attention`); running fa2's arithmetic under their name would be
+    a silent substitution."""
+    if policy.lowbit is not None:
+        raise bad_value(param, policy.name or "a low-bit policy",
+                        "a policy the decode, chunked and paged paths can run (the low-bit sage policies run "
+                        "only as the one-pass prefill)")
+
+
 def decode_sequences(
     q: torch.Tensor,
     kv: KvFn,
@@ -133,6 +144,7 @@ def decode_sequences(
     float64 in ``base``. ``seq_bounds``: per sequence, the key ranges of its splits (a
     :class:`attnum.attention.split_rules.SplitPlan`'s), instead of FA2's cut by ``num_splits``;
     ``kv_order``: the order of the tiles inside each split (``reverse``: FA2's split-KV main loop)."""
+    check_decodable(policy)
     B, H, N, _ = q.shape
     g = H // G
     c = policy.carrier

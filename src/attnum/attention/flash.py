@@ -10,6 +10,8 @@ Shape alphabet: B batch, H heads, G kv heads, N queries, S keys, d head dim, dv 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attnum.attention import masks, steps
@@ -48,6 +50,46 @@ def flash_attention(
     Inputs are rounded once to the ``inputs`` format from their own dtype (:func:`steps.load_input`).
     """
     policy = parse_policy(policy)
+    if policy.lowbit is not None or policy.exp2 != "native":
+        # The low-bit schemes and FA4's polynomial exp2 index by tiles and scale blocks: an empty Q or K
+        # gets golden's answer, and an input they cannot compute is one AttnumInputError naming it.
+        B, H, _, N, S, _, dv = masks.check_qkv(q, k, v)
+        if N == 0 or S == 0:  # golden: no rows, or rows with no key (zeros; LSE -inf)
+            out = torch.zeros(B, H, N, dv, dtype=policy.carrier, device=q.device)
+            lse = torch.full((B, H, N), -math.inf, dtype=torch.float64, device=q.device)
+            return (out, lse) if return_lse else out
+        try:
+            return _flash(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, policy=policy,
+                          block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square,
+                          variant=variant, kv_order=kv_order, causal_alignment=causal_alignment, window=window,
+                          return_lse=return_lse)
+        except AttnumInputError:
+            raise
+        except (RuntimeError, IndexError, ValueError, ArithmeticError) as exc:
+            raise _edge_input_error(policy, q, k, v, exc) from None
+    return _flash(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, policy=policy, block_q=block_q,
+                  block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square, variant=variant,
+                  kv_order=kv_order, causal_alignment=causal_alignment, window=window, return_lse=return_lse)
+
+
+def _edge_input_error(policy: Policy, q, k, v, exc: BaseException) -> AttnumInputError:
+    """The one-line error for an input ``policy`` cannot compute: the first of q, k, v that is not finite
+    in the policy's input format (inf, NaN, or past its largest value), else the shapes."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        xr = steps.load_input(x.detach(), policy)
+        if not bool(torch.isfinite(xr).all()):
+            what = "NaN" if bool(torch.isnan(xr).any()) else f"inf (or values past {policy.inputs.name}'s range)"
+            return AttnumInputError(f"{name} holds {what}, which policy={policy.name or 'low-bit'} cannot quantize or "
+                                    f"compute ({type(exc).__name__}); expected finite inputs within "
+                                    f"{policy.inputs.name}'s range for this scheme")
+    why = (str(exc).splitlines() or [""])[0][:120]
+    return AttnumInputError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} are not allowed for "
+                            f"policy={policy.name or 'low-bit'} ({type(exc).__name__}: {why})")
+
+
+def _flash(q, k, v, *, attn_mask, is_causal, scale, policy: Policy, block_q, block_k, sram, swap_blocks, square,
+           variant, kv_order, causal_alignment, window, return_lse):
+    """:func:`flash_attention` after its policy is parsed (same arguments)."""
     if policy.lowbit is not None:  # SageAttention's quantized scheme: its own tiles (lowbit.block_k)
         from attnum.attention.sage import sage_attention
 

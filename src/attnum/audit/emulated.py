@@ -17,11 +17,19 @@ most one ulp, and a flipped rounding of the fp16 MMA accumulator adds at most on
 output's scale (docs/lowbit.md). The verdict carries the kernel's distance from the emulation
 (``target_error``), the emulation's own error against float64 (``baseline_error``: what the design
 costs), and the tolerance (``bound``); its note also gives the kernel's error against float64.
+
+A declared yardstick never turns a wrong answer into a silent pass. Every such verdict's note starts
+with "judged against the declared arithmetic POLICY", and a case is ``pass`` only when the declared
+arithmetic itself meets the audited dtype's rule (:func:`attnum.audit.verdict.judge` on the emulation's
+output: what a kernel *of that dtype* may do). Where the emulation misses that rule (e4m3 declared for a
+bf16 probe, or an INT8 Q K^T on a case that punishes it) a kernel equal to it gets ``note`` (``fail``
+under --strict), with the emulation's own margin against the dtype's bound in the note.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -55,7 +63,7 @@ def judge(target: torch.Tensor, emulated: torch.Tensor, golden: torch.Tensor, *,
     e_err = _max_abs((e - g)[fin_e & fin_g])
     bound = ulps * ulp(fmt, _max_abs(e[fin_e]))
     vs_gold = _max_abs((t - g)[fin_t & fin_g])
-    note = f"vs {emulation}; kernel vs float64 {vs_gold:.3g}"
+    note = f"judged against the declared arithmetic {emulation}; kernel vs float64 {vs_gold:.3g}"
     for bad, what in ((fin_e & ~fin_t, "non-finite output where the emulation is finite"),
                       (~fin_e & fin_t, "finite output where the emulation is not")):
         if bool(bad.any()):
@@ -69,9 +77,11 @@ def judge(target: torch.Tensor, emulated: torch.Tensor, golden: torch.Tensor, *,
                    bound=bound, note=note)
 
 
-def verdict(ctx, out, golden, q, k, v, kw: dict, ref_kw: dict) -> Verdict:
+def verdict(ctx, out, golden, q, k, v, kw: dict, ref_kw: dict, dtype_rule=None) -> Verdict:
     """One forward case of ``ctx`` (an attnum.audit.harness.ProbeContext with ``emulation`` set): the
-    target's ``out`` judged against the emulation; ``golden`` already holds the declared empty rows."""
+    target's ``out`` judged against the emulation; ``golden`` already holds the declared empty rows.
+    ``dtype_rule``: tensor -> the audited dtype's verdict on it; a pass whose emulation fails it becomes
+    ``note`` (``fail`` under --strict): the module docstring's last paragraph."""
     try:
         e = emulate(ctx.emulation, q, k, v, causal_alignment=ctx.causal_alignment, **kw)
     except Exception as exc:  # noqa: BLE001 - the emulation cannot express this case: nothing to compare
@@ -83,4 +93,20 @@ def verdict(ctx, out, golden, q, k, v, kw: dict, ref_kw: dict) -> Verdict:
         e = torch.where(empty, golden, e)
         if ctx.empty_rows == "any":  # don't care: those rows are not compared
             out = torch.where(empty, golden, out.double())
-    return judge(out, e, golden, fmt=ctx.fmt, ulps=ctx.floor_ulps, emulation=ctx.emulation)
+    v_e = judge(out, e, golden, fmt=ctx.fmt, ulps=ctx.floor_ulps, emulation=ctx.emulation)
+    if v_e.status != "pass" or dtype_rule is None:
+        return v_e
+    own = dtype_rule(e)
+    if own.passed and own.status != "note":
+        return v_e
+    return replace(v_e, status="fail" if getattr(ctx, "strict", False) else "note",
+                   note=f"{v_e.note}; a pass only against the declared arithmetic: {ctx.emulation} itself misses "
+                        f"the {ctx.fmt.name} bound ({_ratio(own.ratio)} of it; its error vs float64 "
+                        f"{own.target_error:.3g}), fails under --strict")
+
+
+def _ratio(r: float) -> str:
+    """A margin readable at any size: "87%", "3.2e+05 %"."""
+    if not math.isfinite(r):
+        return "inf"
+    return f"{r:.0%}" if r < 1e4 else f"{r * 100:.2g} %"

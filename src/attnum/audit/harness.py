@@ -246,22 +246,27 @@ class ProbeContext:
         rq, rk, rv = clean if clean is not None else (q, k, v)
         ref_kw = self.reference_kw(rq, rk, **kw)
         g = self.expected(rq, rk, rv, **kw)
-        if self.emulation:  # judged against the declared emulation (attnum.audit.emulated)
-            from attnum.audit import emulated
-
-            return self.finish(label, emulated.verdict(self, out, g, rq, rk, rv, kw, ref_kw))
         b = reference.baseline(rq, rk, rv, **ref_kw).double()
+        empty = None
         if self.empty_rows != "zeros" and out.shape == g.shape:
             empty = self.empty(rq, rk, ref_kw).unsqueeze(-1)
             b = torch.where(empty, g, b)
-            if self.empty_rows == "any":  # don't care: the target's empty rows are not compared
-                out = torch.where(empty, g, out.double())
         t_o, n = terms.output_terms(rq, rk, rv, **ref_kw)
         extra = None
         if score_order:
             extra = terms.score_order_terms(rq, rk, rv, **ref_kw) * terms_coefficient(FP32, rq.shape[-1])
-        return self.finish(label, judge(out, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps,
-                                        terms=t_o, n_terms=n, extra_floor=extra))
+
+        def dtype_rule(x: torch.Tensor) -> Verdict:  # the rule for a kernel of the audited dtype
+            if empty is not None and self.empty_rows == "any":  # don't care: empty rows are not compared
+                x = torch.where(empty, g, x.double())
+            return judge(x, g, b, fmt=self.fmt, k=self.k, floor_ulps=self.floor_ulps, terms=t_o, n_terms=n,
+                         extra_floor=extra)
+
+        if self.emulation:  # judged against the declared emulation (attnum.audit.emulated)
+            from attnum.audit import emulated
+
+            return self.finish(label, emulated.verdict(self, out, g, rq, rk, rv, kw, ref_kw, dtype_rule=dtype_rule))
+        return self.finish(label, dtype_rule(out))
 
     def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
                    row_weight: torch.Tensor | None = None) -> Case:

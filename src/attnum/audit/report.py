@@ -39,7 +39,9 @@ def margin(ratio: float) -> str:
     """error / bound as a percentage ("87%"); "-" where there is none (error, unsupported)."""
     if math.isnan(ratio):
         return "-"
-    return "inf" if math.isinf(ratio) else f"{ratio:.0%}"
+    if math.isinf(ratio):
+        return "inf"
+    return f"{ratio * 100:.2g} %" if ratio >= 1e4 else f"{ratio:.0%}"  # 1.7e+12 %, not 1731361941868%
 
 
 def verdict_text(r: ProbeResult) -> str:

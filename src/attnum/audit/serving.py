@@ -108,6 +108,28 @@ def unwritten(*pairs) -> Verdict | None:
     return None
 
 
+def buffer_check(kw: dict, *pairs) -> Verdict | None:
+    """For a target that ``accepts_out``: the poison check reads the *buffers* it was handed (``kw``'s
+    ``out`` / ``lse_out``), not only what it returned, and the returned tensor must hold exactly what the
+    buffer holds. A target that leaves the buffer poisoned and returns a fresh tensor is ``unwritten``;
+    one that writes the buffer and returns something else fails. ``pairs``: (returned, kw name, what)."""
+    left = unwritten(*((kw.get(name), what) for _, name, what in pairs if name in kw),
+                     *((got, what) for got, _, what in pairs))
+    if left is not None:
+        return left
+    for got, name, what in pairs:
+        buf = kw.get(name)
+        if buf is None or got is None:
+            continue
+        a, b = got.detach().to("cpu"), buf.detach().to("cpu")
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        if not bool(same.all()):
+            return Verdict(status="fail", target_error=math.inf, baseline_error=0.0, bound=0.0,
+                           note=f"{what}: the returned tensor differs from the {name}= buffer in "
+                                f"{int((~same).sum())} element(s) (accepts_out: the buffer is the output)")
+    return None
+
+
 def merge_case(ctx: ProbeContext, label: str, a: State, b: State) -> Case:
     """Verdict for ``target.merge_state(a, b)``: o (T, H, dv) in ctx.dtype, lse (T, H) float32. A target
     that ``accepts_out`` gets poisoned ``out`` / ``lse_out`` buffers."""
@@ -126,7 +148,7 @@ def merge_case(ctx: ProbeContext, label: str, a: State, b: State) -> Case:
         check_tensor(lse, "merged lse", l_a.shape, torch.float32, dev)
     except Exception as exc:  # noqa: BLE001 - any exception from the kernel (or a wrong output) is its verdict
         return ctx._case(label, raised(exc))
-    left = unwritten((o, "merged o"), (lse, "merged lse"))
+    left = buffer_check(kw, (o, "out", "merged o"), (lse, "lse_out", "merged lse"))
     if left is not None:
         return ctx.finish(label, left)
     states = [(o_a, l_a), (o_b, l_b)]
@@ -198,7 +220,7 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
             check_tensor(lse, "decode lse", q.shape[:-1], torch.float32, dev)
     except Exception as exc:  # noqa: BLE001 - any exception from the kernel (or a wrong output) is its verdict
         return ctx._case(label, raised(exc))
-    left = unwritten((o, "decode output"), (lse, "decode lse"))
+    left = buffer_check(kw, (o, "out", "decode output"), (lse, "lse_out", "decode lse"))
     if left is not None:
         return ctx.finish(label, left)
     if out is not None:

@@ -86,6 +86,31 @@ def build_app() -> typer.Typer:
     return app
 
 
+_INTERRUPTED: list[bool] = []  # a SIGINT arrived during this main(): what it broke is an interruption
+
+
+def _on_sigint(signum, frame) -> None:
+    _INTERRUPTED.append(True)
+    raise KeyboardInterrupt
+
+
+def _watch_interrupts():
+    """Note every SIGINT (then raise KeyboardInterrupt, as Python's own handler does): an interrupt that
+    lands inside a library's import (matplotlib's) comes out as its ValueError or ImportError, which is
+    still an interruption, exit 130, never an internal error. Returns the handler to restore."""
+    import signal
+    import threading
+
+    _INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:
+        return None  # someone else (a test runner, an embedding program) owns it
+    signal.signal(signal.SIGINT, _on_sigint)
+    return before
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring)."""
     from attnum.console import progress
@@ -93,10 +118,27 @@ def main(argv: list[str] | None = None) -> int:
     # Elapsed times count from the command's start: the process's (interpreter, imports) when this is
     # the program itself, this call's when a caller (a test) runs commands in its own process.
     progress.command_started((progress.process_age_s() or 0.0) if argv is None else 0.0)
+    before = _watch_interrupts()
     try:
-        return _main(argv)
+        code = _main(argv)
+        if _INTERRUPTED and code != 130:  # a library swallowed the KeyboardInterrupt and the command went on
+            print("attnum: interrupted", file=sys.stderr)
+            return 130
+        return code
+    except KeyboardInterrupt:  # while the commands were being registered (their imports)
+        print("attnum: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - as in _main: an interrupted import, or a bug
+        if _INTERRUPTED:
+            print("attnum: interrupted", file=sys.stderr)
+            return 130
+        return _internal(err, argv)
     finally:
         progress.command_started(None)  # an Activity outside a command counts from its own start
+        if before is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, before)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -134,6 +176,9 @@ def _main(argv: list[str] | None) -> int:
         print("attnum: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - anything else is a bug: say where its traceback is
+        if _INTERRUPTED:  # what a Ctrl-C broke (an import half done): the interrupt, not a bug
+            print("attnum: interrupted", file=sys.stderr)
+            return 130
         return _internal(err, argv)
 
 

@@ -31,7 +31,9 @@ def register(app: typer.Typer) -> None:
         try:
             where = wheels.fetch(package)
         except AttnumEnvironmentError as err:
-            print(f"attnum: {err}")
+            import sys
+
+            print(f"attnum: error: {err}", file=sys.stderr)  # one line: a refused or failed fetch
             raise typer.Exit(3) from None
         print(f"{package} {wheels.PINS[package]} kernel files in {where}")
         raise typer.Exit(0)

@@ -295,6 +295,12 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = triton_interp.load(policy, spec, numerics=numerics, arch=arch) if ok else None
         return Target(name=spec, fn=fn, available=ok, reason=why, declared=conventions.declared(fn) if ok else {})
     elif user.is_user_spec(spec):
+        if triton_interp.user_interprets() and (device or "cpu").startswith("cpu") \
+                and _status(spec, triton_interp.DEVICES, triton_interp.PACKAGE, device)[0]:
+            # TRITON_INTERPRET set by the user: the target's Triton kernels run in the interpreter, so
+            # they run under its named model, as with the triton-interpret: prefix (issue 32, case 6)
+            fn = triton_interp.load(spec, spec, numerics=numerics)
+            return Target(name=spec, fn=fn, available=True, declared=conventions.declared(fn))
         fn = user.load_user_target(spec)
     else:
         raise _unknown(param, spec)

@@ -65,7 +65,7 @@ ENTRIES = ("sdpa", "decode", "merge_state", "merge_states")
 SPLIT_RULES = ("fixed-splits", "fixed-size", "power-of-two")
 KV_CACHE_DTYPES = ("e4m3fn", "e5m2")
 DECLARED = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
-            "split_rule", "single_query_only", "accepts_out", "emulation")
+            "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_batch_invariant")
 """The plain attributes :func:`declared_target` reads (module docstring)."""
 
 
@@ -128,7 +128,7 @@ class ServingTarget:
                  causal_alignment: str | None = None, empty_rows: str | dict | None = None,
                  kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
                  split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
-                 emulation: str | None = None):
+                 emulation: str | None = None, attnum_batch_invariant: bool = False):
         from attnum.attention.merge import empty_convention, parse_lse_base
 
         self.__name__ = self.name = name
@@ -157,7 +157,9 @@ class ServingTarget:
         if split_rule not in SPLIT_RULES:
             raise bad_value(f"{name}.split_rule", split_rule, f"one of {', '.join(SPLIT_RULES)}")
         self.split_rule = split_rule
-        for attr, val in (("single_query_only", single_query_only), ("accepts_out", accepts_out)):
+        # attnum_batch_invariant: a claim on the adapter class itself counts (not only on its decode)
+        for attr, val in (("single_query_only", single_query_only), ("accepts_out", accepts_out),
+                          ("attnum_batch_invariant", attnum_batch_invariant)):
             if not isinstance(val, bool):
                 raise bad_value(f"{name}.{attr}", val, "True or False")
             setattr(self, attr, val)

@@ -33,9 +33,24 @@ EXTRA = "triton"
 DEVICES = ("cpu",)
 
 
+_ENABLED_HERE = False  # whether attnum itself set TRITON_INTERPRET in this process (enable())
+
+
 def enable() -> None:
     """Turn Triton's interpreter on for every kernel decorated from now on."""
+    global _ENABLED_HERE
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        _ENABLED_HERE = True
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+def user_interprets() -> bool:
+    """Whether the user set ``TRITON_INTERPRET`` (Triton's own docs suggest it for CPU runs): then any
+    Triton kernel a target launches runs in the interpreter, and the audit treats the target as if it
+    were named ``triton-interpret:...`` (the faithful model, or ``--numerics raw`` said in the verdict),
+    never as the raw interpreter under no name."""
+    value = os.environ.get("TRITON_INTERPRET", "").strip().lower()
+    return not _ENABLED_HERE and value not in ("", "0", "false", "off", "no")
 
 
 def _check_interpreting() -> None:

@@ -19,36 +19,44 @@ extensions, ring_flash_attn's imports flash_attn): only the listed files load. W
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
-import zipfile
 from enum import IntEnum
 from pathlib import Path
 
 from attnum.errors import AttnumEnvironmentError, bad_value
+from attnum.kernels import wheel_cache
 
-PINS = {"sglang": "0.5.3", "vllm": "0.33.0", "sageattention": "1.0.6", "flashinfer": "0.7.2.post1",
-        "ring-flash-attn": "0.1.8"}
-"""The versions attnum fetches (sglang 0.5.3, vllm 0.33.0 and sageattention 1.0.6: the ones the verdicts in
-docs/audit.md and docs/lowbit.md were measured on)."""
+WHEELS = {
+    "sglang": ("0.5.3", "sglang-0.5.3-py3-none-any.whl",
+               "14b20822b7c36d7069556e559181bcaa1d3d44b2b0fcbf8818313af4ca22ae7f"),
+    "vllm": ("0.33.0", "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+             "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"),
+    "sageattention": ("1.0.6", "sageattention-1.0.6-py3-none-any.whl",
+                      "fafc66569bed62a16839e820c2612141b5a20accf55b876d941bab9c0ac5d888"),
+}
+"""``{package: (version, wheel file name, sha256)}``: the one wheel attnum fetches and runs per package, with
+the sha256 the registry (PyPI) publishes for it. A wheel in the cache is used only under this exact name and
+only when its hash matches, on fetch and before every use (attnum.kernels.wheel_cache). The versions are the
+ones the verdicts in docs/audit.md and docs/lowbit.md were measured on. vLLM's wheel is platform-specific:
+its kernel files are plain Python, so the x86_64 wheel is fetched on every machine (``pip download
+--platform``)."""
+
+PINS = {name: pin[0] for name, pin in WHEELS.items()}
+"""``{package: version}`` (from :data:`WHEELS`)."""
 
 DISTS = {"flashinfer": "flashinfer-python"}
 """The PyPI name where it is not the package's own (``attnum kernels fetch flashinfer`` gets flashinfer-python)."""
 
 IMPORTS = {"ring-flash-attn": "ring_flash_attn"}
 """The import name where it is not the package's own."""
-
-SHA256 = {
-    "flashinfer": "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49",
-    "ring-flash-attn": "296c929516c3b21f7bcdaeca44a99bb541779a7b63979eb0f67837dcb18a2bb9",
-}
-"""sha256 of the pinned wheels (py3-none-any: one file per version), checked before extraction."""
 
 FILES = {
     "sglang": ("sglang/srt/layers/attention/triton_ops/decode_attention.py",
@@ -97,41 +105,76 @@ def installed(package: str) -> bool:
         return False
 
 
+def _fix(package: str) -> str:
+    return f"attnum kernels fetch {package}"
+
+
+def wheel_path(package: str) -> Path:
+    """The pinned wheel's one accepted path in the cache (no glob: a decoy name is never picked)."""
+    return cache_dir() / "wheels" / WHEELS[_check(package)][1]
+
+
+def _problem(package: str) -> str:
+    """'' when the pinned wheel verifies and the extracted kernel files are its bytes, else why not."""
+    try:
+        wheel_cache.verify_wheel(cache_dir(), wheel_path(package), WHEELS[package][2], _fix(package))
+    except AttnumEnvironmentError as err:
+        return str(err)
+    return wheel_cache.tree_problem(cache_dir(), wheel_path(package), FILES[package], source_dir(package),
+                                    _fix(package))
+
+
 def missing(package: str) -> str:
-    """'' when ``package``'s kernel files can be loaded here, else why not (one line)."""
-    if installed(package) or all((source_dir(package) / f).is_file() for f in FILES[package]):
+    """'' when ``package``'s kernel files can be loaded here, else why not (one line). Fetched files are
+    checked against the pinned wheel's sha256 on every call (attnum.kernels.wheel_cache)."""
+    if installed(package):
         return ""
-    return (f"{package} is neither installed nor fetched: run `attnum kernels fetch {package}` "
-            f"(pip download --no-deps {DISTS.get(package, package)}=={PINS[package]} into {cache_dir()})")
+    src = source_dir(package)
+    if not any(os.path.lexists(src / f) for f in FILES[package]) and not os.path.lexists(wheel_path(package)):
+        return (f"{package} is neither installed nor fetched: run `attnum kernels fetch {package}` "
+                f"(pip download --no-deps {DISTS.get(package, package)}=={PINS[package]} into {cache_dir()})")
+    return _problem(package)
+
+
+def _download(package: str, wheels: Path, quiet: bool) -> None:
+    """pip download of the pinned wheel into a fresh folder beside ``wheels``; the pinned file, verified,
+    renamed into place."""
+    version, name, sha = WHEELS[package]
+    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
+    try:
+        plat = name[:-4].split("-")[4] if name.count("-") >= 4 else "any"
+        platform = [a for p in plat.split(".") for a in ("--platform", p)] if plat != "any" else []
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platform,
+               "--disable-pip-version-check", f"{DISTS.get(package, package)}=={version}", "-d", str(tmp)]
+        run = subprocess.run(cmd, capture_output=quiet, text=True)
+        got = tmp / name
+        if run.returncode or not got.is_file() or got.is_symlink():
+            tail = (run.stderr or "").strip().splitlines()[-1:] if quiet else []
+            raise AttnumEnvironmentError(f"pip download of {DISTS.get(package, package)}=={version} ({name}) failed"
+                                         + (f": {tail[0]}" if tail else ""))
+        wheel_cache.verify_wheel(wheels, got, sha, _fix(package))
+        os.replace(got, wheels / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def fetch(package: str, *, quiet: bool = False) -> Path:
-    """Download the pinned wheel (no dependencies) once and extract the kernel files; returns the folder."""
+    """Download the pinned wheel (no dependencies) once, check its sha256, and extract the kernel files
+    into a fresh folder renamed into place; returns the folder. A cached wheel whose hash is wrong (a
+    truncated download, a decoy) is refused with one line naming the file and the command that clears it."""
     dest = source_dir(package)
-    if all((dest / f).is_file() for f in FILES[package]):
+    if not _problem(package):
         return dest
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    dist = DISTS.get(package, package)
-    pattern = f"{dist.replace('-', '_')}-{PINS[package]}-*.whl"  # pip's wheel names: '-' -> '_'
-    found = sorted(wheels.glob(pattern)) or sorted(wheels.glob(f"{dist}-{PINS[package]}-*.whl"))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", f"{dist}=={PINS[package]}", "-d", str(wheels)]
-        run = subprocess.run(cmd, capture_output=quiet, text=True)
-        found = sorted(wheels.glob(pattern)) or sorted(wheels.glob(f"{dist}-{PINS[package]}-*.whl"))
-        if run.returncode or not found:
-            tail = (run.stderr or "").strip().splitlines()[-1:] if quiet else []
-            raise AttnumEnvironmentError(f"pip download of {dist}=={PINS[package]} failed"
-                                         + (f": {tail[0]}" if tail else ""))
-    if package in SHA256:
-        digest = hashlib.sha256(found[-1].read_bytes()).hexdigest()
-        if digest != SHA256[package]:
-            raise AttnumEnvironmentError(f"{found[-1].name}: sha256 {digest} is not the pinned {SHA256[package]} "
-                                         "(delete the file and fetch again)")
-    with zipfile.ZipFile(found[-1]) as z:
-        for f in FILES[package]:
-            z.extract(f, dest)
+    wheel_cache.refuse_links(cache_dir(), wheels, _fix(package))
+    if not os.path.lexists(wheel_path(package)):
+        _download(package, wheels, quiet)
+    wheel_cache.verify_wheel(cache_dir(), wheel_path(package), WHEELS[package][2], _fix(package))
+    wheel_cache.extract(cache_dir(), wheel_path(package), FILES[package], dest, _fix(package))
+    why = _problem(package)
+    if why:
+        raise AttnumEnvironmentError(why)
     return dest
 
 
@@ -244,9 +287,9 @@ def load(package: str, module: str):
         return importlib.import_module(module)
     if module in sys.modules:
         return sys.modules[module]
-    why = missing(package)
+    why = missing(package)  # the pinned hash, checked again before this process runs the files
     if why:
-        raise NotImplementedError(why)
+        raise (NotImplementedError if "neither installed nor fetched" in why else AttnumEnvironmentError)(why)
     _stand_ins(package)
     # sibling kernel files first (vLLM's unified attention imports its helpers, SGLang's extend its prefill)
     for f in FILES[package]:

@@ -85,7 +85,7 @@ class KernelServer:
                      "resolver": resolver,
                      "parent": os.getpid()}
         self.proc: subprocess.Popen | None = None
-        self.buf, self._closed = b"", False
+        self._closed = False
         self.warnings: list[str] = []  # what the user code warned since take_warnings() last ran
 
     def start(self) -> dict:
@@ -139,21 +139,27 @@ class KernelServer:
             pass  # it died: the read that follows says how
 
     def _recv(self, budget: float, what: str) -> dict:
+        """One frame, read into a buffer allocated once at its announced size (a 512 MiB reply is one
+        allocation and reads straight into it, not a bytes object grown by copies: quadratic). Nothing
+        past the frame's end is read, so the next frame stays in the pipe."""
         deadline = time.monotonic() + budget
         fd = self.proc.stdout.fileno()
-        while True:
-            if len(self.buf) >= HEAD.size:
-                n_head, n_payload = HEAD.unpack_from(self.buf)
-                if n_head > MAX_HEADER or n_payload > MAX_PAYLOAD:
-                    self._gone("crashed", f"sent a frame of {n_head} + {n_payload} bytes (not a reply)", what)
-                end = HEAD.size + n_head + n_payload
-                if len(self.buf) >= end:
-                    head, payload = self.buf[HEAD.size:HEAD.size + n_head], self.buf[HEAD.size + n_head:end]
-                    self.buf = self.buf[end:]
-                    try:
-                        return decode(head, payload)
-                    except Malformed as err:
-                        self._gone("crashed", f"sent {err} (not a reply)", what)
+        head = bytearray(HEAD.size)
+        got = self._fill(fd, memoryview(head), deadline, budget, what)
+        n_head, n_payload = HEAD.unpack_from(head)
+        if n_head > MAX_HEADER or n_payload > MAX_PAYLOAD:
+            self._gone("crashed", f"sent a frame of {n_head} + {n_payload} bytes (not a reply)", what)
+        frame = bytearray(n_head + n_payload)
+        got = self._fill(fd, memoryview(frame), deadline, budget, what)
+        try:
+            return decode(bytes(got[:n_head]), got[n_head:])
+        except Malformed as err:
+            self._gone("crashed", f"sent {err} (not a reply)", what)
+
+    def _fill(self, fd: int, view: memoryview, deadline: float, budget: float, what: str) -> memoryview:
+        """Read exactly ``len(view)`` bytes into ``view`` (os.readv: no intermediate copies) by ``deadline``."""
+        filled, n = 0, len(view)
+        while filled < n:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._gone("timed out", f"no answer within {budget:g} s", what)
@@ -162,10 +168,11 @@ class KernelServer:
                 if self.proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
                     self._gone(*death(self.proc.wait()), what)
                 continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
+            k = os.readv(fd, [view[filled:]])
+            if not k:
                 self._gone(*death(self._status()), what)
-            self.buf += chunk
+            filled += k
+        return view
 
     def _status(self) -> int:
         try:

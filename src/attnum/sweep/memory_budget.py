@@ -163,3 +163,41 @@ def require_decode(cfg) -> None:
 
 
 KV_CACHE_COPIES = 6  # k and v: the samples, the rounded or quantized cache, pages or dequantized copies
+
+
+PLAN_BYTES_PER_SEQUENCE = 2048  # a split plan's per-sequence Python objects (length, bounds, tiles), generous
+LOWBIT_COPIES = 3  # the low-bit emulation's quantized Q, K, P copies and their scales beside flash's buffers
+
+
+def consistency_bytes(cfg) -> int:
+    """Upper bound of one consistency study (:class:`attnum.studies.consistency.config.ConsistencyConfig`,
+    duck-typed): the request, the one-pass prefill, the widest chunk, the page pools, the largest batch's
+    plan and every (decode, alone) pair of rows the study keeps for its summaries."""
+    H, G, T, d = cfg.heads, cfg.kv_heads, cfg.length, cfg.head_dim
+    request = 2 * (H * T * d + 2 * G * T * d)
+    prefill = forward_bytes(Shape(B=1, H=H, G=G, N=T, S=T, d=d))
+    chunk = forward_bytes(Shape(B=1, H=H, G=G, N=min(max(cfg.chunk_sizes), T), S=T, d=d))
+    pages = KV_CACHE_COPIES * 2 * G * (T + max(cfg.page_sizes)) * d
+    rows = sum((cfg.mixes if B > 1 else 1) for B in cfg.batch_sizes) * cfg.positions * len(cfg.rules)
+    keep = 2 * rows * H * d + cfg.positions * H * d * 4  # decode rows and their references (golden, alone)
+    plans = PLAN_BYTES_PER_SEQUENCE * max(max(cfg.batch_sizes), 2)
+    return F64 * (request + pages + keep) + prefill + chunk + plans
+
+
+def require_consistency(cfg) -> None:
+    """Refuse ``attnum consistency`` (or a ``kind = "consistency"`` point) larger than this machine's memory."""
+    require(consistency_bytes(cfg), f"consistency at T={cfg.length} H={cfg.heads} G={cfg.kv_heads} d={cfg.head_dim} "
+            f"max batch {max(cfg.batch_sizes)}, {cfg.mixes} mixes",
+            "--length, --batch-sizes, --mixes, --positions, --heads or --head-dim")
+
+
+def lowbit_bytes(*, batch: int, heads: int, seq_len: int, head_dim: int) -> int:
+    """One low-bit point: golden and the emulation over (B, H, N, N), plus the quantized copies."""
+    s = Shape(B=batch, H=heads, G=heads, N=seq_len, S=seq_len, d=head_dim)
+    return forward_bytes(s) + F64 * LOWBIT_COPIES * (3 * s.B * s.H * s.N * s.d + s.B * s.H * s.N * min(s.Bc, s.S))
+
+
+def require_lowbit(*, batch: int, heads: int, seq_len: int, head_dim: int, what: str, lower: str) -> None:
+    """Refuse a low-bit table, rescale study or ``kind = "lowbit"`` point too large for here."""
+    require(lowbit_bytes(batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim),
+            f"{what} at B={batch} H={heads} N={seq_len} d={head_dim}", lower)

@@ -245,6 +245,14 @@ def _parse_group(raw: dict[str, Any], defaults: dict[str, Any], source: str, pre
             raise AttnumInputError(f"{source}: {prefix}point ({shown}) is impossible: {err}") from None
     # Same point listed twice in one group runs once.
     uniq = list({p.key: p for p in points}.values())
+    for p in uniq:  # a kind that can size itself (consistency, lowbit): refused here, not stored as failed
+        need = getattr(p, "require_memory", None)
+        if callable(need):
+            try:
+                need()
+            except AttnumInputError as err:
+                label = p.label() if callable(getattr(p, "label", None)) else p.key
+                raise AttnumInputError(f"{source}: {prefix}point ({label}) is impossible: {err}") from None
     return Group(name=name, points=tuple(uniq))
 
 

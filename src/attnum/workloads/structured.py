@@ -85,11 +85,13 @@ def _cache_path(batch: int, seed: int) -> Path:
 @functools.lru_cache(maxsize=4)
 def _captured(batch: int, seed: int):
     path = _cache_path(batch, seed)
-    if path.is_file():
+    if path.is_file() and not path.is_symlink():
         try:
-            return tuple(torch.load(path, weights_only=True))
+            got = _checked(torch.load(path, weights_only=True), batch)
         except Exception:  # a torn or foreign file: retrain and overwrite
-            pass
+            got = None
+        if got is not None:
+            return got
     qkv = _train_and_capture(batch, seed)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +101,19 @@ def _captured(batch: int, seed: int):
     except OSError:  # a read-only home: the in-process cache still holds it
         pass
     return qkv
+
+
+def _checked(loaded, batch: int):
+    """The cached (q, k, v) when it is what :func:`_train` returns (three finite float64 tensors
+    (batch, LM_HEADS, LM_SEQ, LM_HEAD_DIM)), else None: a foreign or wrong-shaped file is never used."""
+    shape = (batch, LM_HEADS, LM_SEQ, LM_HEAD_DIM)
+    if not (isinstance(loaded, list | tuple) and len(loaded) == 3):
+        return None
+    for t in loaded:
+        if not (isinstance(t, torch.Tensor) and t.dtype == torch.float64 and tuple(t.shape) == shape
+                and bool(torch.isfinite(t).all()) and bool(t.abs().amax() > 0)):
+            return None
+    return tuple(t.contiguous() for t in loaded)
 
 
 def _train_and_capture(batch: int, seed: int):

@@ -16,6 +16,25 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
         raise bad_value(name, text, "comma-separated positive integers") from None
 
 
+def _rules(text: str) -> tuple[str, ...]:
+    """--rules "fa2;vllm": an empty rule ("fa2;;vllm", a trailing ';') is refused, never dropped."""
+    parts = [r.strip() for r in text.split(";")]
+    if not parts or any(not r for r in parts):
+        from attnum.errors import bad_value
+
+        raise bad_value("--rules", text, "split rules separated by ';', none of them empty")
+    return tuple(parts)
+
+
+def _out(out: str | None) -> None:
+    """--out is a folder: checked (and created) before the study starts, so a file, /dev/null or
+    /proc/version is one line, not an error after minutes of work."""
+    if out:
+        from attnum.store.outdir import make_out_folder
+
+        make_out_folder(out)
+
+
 def _save(out: str | None, name: str, data) -> None:
     if out:
         from pathlib import Path
@@ -59,10 +78,11 @@ def register(app: typer.Typer) -> None:
 
         cfg = ConsistencyConfig(
             policy=policy, length=length, first_position=first_position, positions=positions, heads=heads,
-            kv_heads=kv_heads, head_dim=head_dim, rules=tuple(r for r in rules.split(";") if r.strip()),
+            kv_heads=kv_heads, head_dim=head_dim, rules=_rules(rules),
             batch_sizes=_ints(batch_sizes, "batch_sizes"), mixes=mixes, co_len_min=co_len_min, co_len_max=co_len_max,
             chunk_sizes=_ints(chunk_sizes, "chunk_sizes"), page_sizes=_ints(page_sizes, "page_sizes"), seed=seed,
             device=device)
+        _out(out)
         with Activity("consistency"):
             result = run_consistency(cfg)
         cost = cost_table()
@@ -113,6 +133,7 @@ def register(app: typer.Typer) -> None:
             train_policy=train_policy, variant_rule=variant_rule, invariant_rule=invariant_rule, prompts=prompts,
             runs=runs, prompt_len=prompt_len, gen_len=gen_len, max_batch=max_batch, train_steps=train_steps,
             d_model=d_model, n_heads=n_heads, n_layers=n_layers, seq_len=seq_len, seed=seed)
+        _out(out)
         with Activity("consistency-tokens"):
             result = run_tokens(cfg, Path(out) if out else None)
         _save(out, "tokens.json", result)

@@ -22,6 +22,11 @@ DEFAULT_RULES = ("fa2", "flashinfer:2048", "sglang-fixed:256", "sglang", "vllm",
 
 
 def _ints(name: str, v: Any) -> tuple[int, ...]:
+    if isinstance(v, str):  # the CLI's own syntax, "1,4,16", in a spec too
+        try:
+            v = [int(x) for x in v.split(",") if x.strip()]
+        except ValueError:
+            raise bad_value(name, v, "one or more positive integers") from None
     t = tuple(v) if isinstance(v, (list, tuple)) else (v,)
     if not t or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in t):
         raise bad_value(name, v, "one or more positive integers")
@@ -54,7 +59,9 @@ class ConsistencyConfig:
     def __post_init__(self) -> None:
         if self.kind != "consistency":
             raise bad_value("kind", self.kind, "'consistency'")
-        parse_policy(self.policy)
+        from attnum.attention.decode import check_decodable
+
+        check_decodable(parse_policy(self.policy))  # every way but prefill decodes: no low-bit substitution
         for name in ("length", "first_position", "positions", "heads", "kv_heads", "head_dim", "mixes",
                      "co_len_min", "co_len_max"):
             _ints(name, getattr(self, name))
@@ -75,6 +82,13 @@ class ConsistencyConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def require_memory(self) -> None:
+        """Refuse (AttnumEnvironmentError, one line) a study larger than this machine's memory: the CLI
+        before it starts, a sweep spec before any point runs (attnum.sweep.memory_budget)."""
+        from attnum.sweep.memory_budget import require_consistency
+
+        require_consistency(self)
 
     def query_positions(self) -> list[int]:
         """``positions`` query positions from ``first_position`` to length - 1 (the last included)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnum.studies.consistency.config import ConsistencyConfig
+from attnum.studies.consistency.config import ConsistencyConfig, _ints
 from attnum.sweep.point import StudyPoint
 from attnum.sweep.registry import Family, Finding, ReportContext, ReportPart, StudyKind
 
@@ -60,7 +60,7 @@ AXES = {
     **{f: ("a positive integer", _pos) for f in ("length", "first_position", "positions", "heads", "kv_heads",
                                                  "head_dim", "mixes", "co_len_min", "co_len_max")},
     "rules": ("split rules, ';'-separated (attnum.attention.split_rules)", _ok(_rules)),
-    **{f: (_INTS, lambda v: all(_pos(x) for x in (v if isinstance(v, (list, tuple)) else [v])))
+    **{f: (_INTS + " (a list, or the CLI's \"1,4,16\")", _ok(lambda v, f=f: _ints(f, v)))
        for f in ("batch_sizes", "chunk_sizes", "page_sizes")},
     "device": ("cpu or cuda", lambda v: v in ("cpu", "cuda")),
 }

@@ -147,7 +147,9 @@ def _rule_study(req: Request, rule: str, ts: list[int]) -> dict[str, Any]:
 
 
 def run_consistency(cfg: ConsistencyConfig) -> dict[str, Any]:
-    """The study of one point -> {"config", "rules": [...], "modes": [...], "timing_s"} (JSON-able)."""
+    """The study of one point -> {"config", "rules": [...], "modes": [...], "timing_s"} (JSON-able).
+    Refused (one line) before anything is allocated when it would not fit in memory here."""
+    cfg.require_memory()
     with one_thread():
         return _run(cfg)
 

@@ -65,8 +65,10 @@ class TokensConfig:
                 raise bad_value(name, v, "a positive integer")
         if self.prompt_len + self.gen_len > self.seq_len:
             raise bad_value("gen_len", self.gen_len, f"at most seq_len - prompt_len = {self.seq_len - self.prompt_len}")
+        from attnum.attention.decode import check_decodable
+
         for f in self.formats:
-            parse_policy(self.policy, f)
+            check_decodable(parse_policy(self.policy, f))  # served by decode steps: no low-bit substitution
         parse_split_rule(self.variant_rule), parse_split_rule(self.invariant_rule)
 
     def model_key(self) -> str:

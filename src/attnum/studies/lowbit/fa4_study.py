@@ -85,6 +85,10 @@ def late_jump_qkv(seq_len: int, heads: int, head_dim: int, jump: float, seed: in
 def run_rescale_study(cfg: RescaleConfig) -> list[dict]:
     """Rows (seq_len, jump, policy, threshold): RMSE and max error against the float64 golden value,
     and the RMSE on the rows whose maximum grew late by at most the threshold (rescale skipped)."""
+    from attnum.sweep.memory_budget import require_lowbit
+
+    require_lowbit(batch=1, heads=cfg.heads, seq_len=max(cfg.seq_lens), head_dim=cfg.head_dim,
+                   what="lowbit-table --rescale", lower="--seq-lens")
     rows = []
     for n in cfg.seq_lens:
         for jump in cfg.jumps:

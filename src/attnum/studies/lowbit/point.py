@@ -84,7 +84,21 @@ class LowbitPoint(StudyPoint):
         object.__setattr__(self, "format", get_format(self.format).name)
         if self.rescale_threshold is not None:
             object.__setattr__(self, "rescale_threshold", float(self.rescale_threshold))
-        self.policy()  # the combination parses (a sage knob needs a sage scheme, warp_q | block_q, ...)
+        lb = self.policy().lowbit  # the combination parses (a sage knob needs a sage scheme, warp_q | block_q, ...)
+        if lb is not None and lb.qk_is_block:  # NVFP4 Q, K: blocks of 16 along the head dim
+            from attnum.numerics.mx import get_block_format
+
+            block = get_block_format(lb.qk, param="qk").block
+            if self.head_dim % block:
+                raise bad_value("head_dim", self.head_dim, f"a multiple of {lb.qk}'s block of {block} "
+                                f"for {self.scheme}")
+
+    def require_memory(self) -> None:
+        """Refuse a point larger than this machine's memory (a sweep spec asks before any point runs)."""
+        from attnum.sweep.memory_budget import require_lowbit
+
+        require_lowbit(batch=self.batch, heads=self.heads, seq_len=self.seq_len, head_dim=self.head_dim,
+                       what="lowbit point", lower="seq_len, heads, head_dim or batch")
 
     def policy_spec(self) -> str:
         parts = [f"{self.scheme}:{self.format}"]

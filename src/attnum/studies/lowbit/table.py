@@ -132,6 +132,10 @@ def mechanisms(q, k, v, causal: bool) -> dict[str, float]:
 def run_lowbit_table(cfg: LowbitTableConfig, progress: Callable[[int, int, str], None] | None = None) -> dict:
     """{"rows": one per (dist, setting), "mechanisms": per dist, "orderings": per claim and dist}.
     ``progress(done, total, label)`` is called before each setting (the CLI's "k of n" and ETA)."""
+    from attnum.sweep.memory_budget import require_lowbit
+
+    require_lowbit(batch=cfg.batch, heads=cfg.heads, seq_len=cfg.seq_len, head_dim=cfg.head_dim, what="lowbit-table",
+                   lower="--seq-len, --heads or --head-dim")
     rows, mech = [], {}
     total = len(cfg.dists) * len(SETTINGS)
     for dist in cfg.dists:
