@@ -219,7 +219,8 @@ def test_7_every_pin_names_a_wheel_file_and_a_sha256():
     from attnum.kernels import wheels
 
     for name, (version, filename, sha) in wheels.WHEELS.items():
-        assert filename.startswith(f"{name.replace('-', '_')}-{version}-") and filename.endswith(".whl"), filename
+        dist = wheels.DISTS.get(name, name).replace('-', '_')
+        assert filename.startswith(f"{dist}-{version}-") and filename.endswith(".whl"), filename
         assert len(sha) == 64 and int(sha, 16) >= 0, (name, sha)
     assert wheels.PINS == {n: v for n, (v, _, _) in wheels.WHEELS.items()}
 

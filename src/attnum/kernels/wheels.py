@@ -41,6 +41,10 @@ WHEELS = {
              "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"),
     "sageattention": ("1.0.6", "sageattention-1.0.6-py3-none-any.whl",
                       "fafc66569bed62a16839e820c2612141b5a20accf55b876d941bab9c0ac5d888"),
+    "flashinfer": ("0.7.2.post1", "flashinfer_python-0.7.2.post1-py3-none-any.whl",
+                   "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"),
+    "ring-flash-attn": ("0.1.8", "ring_flash_attn-0.1.8-py3-none-any.whl",
+                        "296c929516c3b21f7bcdaeca44a99bb541779a7b63979eb0f67837dcb18a2bb9"),
 }
 """``{package: (version, wheel file name, sha256)}``: the one wheel attnum fetches and runs per package, with
 the sha256 the registry (PyPI) publishes for it. A wheel in the cache is used only under this exact name and
