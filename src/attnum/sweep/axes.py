@@ -60,7 +60,21 @@ def parses(parse: Callable[[Any], Any]) -> Callable[[Any], bool]:
             return False
         return True
 
+    ok.parse = parse  # what :func:`allowed_for` asks for the parser's own reason
     return ok
+
+
+def allowed_for(allowed: str, check: Callable[[Any], bool], value: Any) -> str:
+    """``allowed``, followed by the parser's own reason when ``check`` asks one and it refused ``value``
+    (``policy='fa2:bf16,mma=sm99'`` is refused because of its ``mma``: the user is told that)."""
+    parse = getattr(check, "parse", None)
+    if parse is None or not isinstance(value, str):
+        return allowed
+    try:
+        parse(value)
+    except AttnumInputError as err:
+        return f"{allowed} (here: {err})"
+    return allowed
 
 
 COMMON: dict[str, tuple[str, Callable[[Any], bool]]] = {

@@ -38,14 +38,14 @@ class StudyPoint:
         """Check every field but ``kind`` against ``table`` {field: (allowed, ok)}, or the shared
         validators of :data:`attnum.sweep.axes.COMMON` for fields the table does not name; the
         studies' emulation runs on CPU."""
-        from attnum.sweep.axes import COMMON
+        from attnum.sweep.axes import COMMON, allowed_for
 
         for f in dataclasses.fields(self):
             if f.name == "kind":
                 continue
             allowed, ok = table[f.name] if f.name in table else COMMON[f.name]
             if not ok(getattr(self, f.name)):
-                raise bad_value(f.name, getattr(self, f.name), allowed)
+                raise bad_value(f.name, getattr(self, f.name), allowed_for(allowed, ok, getattr(self, f.name)))
         if getattr(self, "device", "cpu") != "cpu":
             raise bad_value("device", self.device, "'cpu' (the studies' emulation runs on CPU)")
 

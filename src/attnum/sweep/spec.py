@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from attnum.errors import AttnumInputError, did_you_mean
+from attnum.sweep.axes import allowed_for
 from attnum.sweep.registry import DEFAULT_KIND, axis_checks, get_kind, record_choices, spec_kinds
 
 if sys.version_info >= (3, 11):
@@ -291,7 +292,7 @@ def _check_axis(source: str, where: str, key: str, value: Any) -> None:
         )
     allowed, ok = checks[key]
     if not ok(value):
-        raise _bad(source, where, value, allowed)
+        raise _bad(source, where, value, allowed_for(allowed, ok, value))
 
 
 def _check_keys(data: dict[str, Any], known: tuple[str, ...], source: str, prefix: str) -> None:

@@ -28,7 +28,7 @@ from attnum.numerics.mma_sites import check_arch
 from attnum.numerics.policy import parse_policy
 from attnum.numerics.rounding import round_to
 from attnum.sweep import memo
-from attnum.sweep.axes import COMMON, DEVICES, POLICY_NAMES  # noqa: F401 - compare's names for them too
+from attnum.sweep.axes import COMMON, DEVICES, POLICY_NAMES, allowed_for  # noqa: F401 - compare's names for them too
 from attnum.sweep.axes import is_bool as _bool
 from attnum.sweep.axes import opt_positive_int as _opt_positive_int
 from attnum.sweep.axes import parses as _parses
@@ -148,7 +148,7 @@ def check_field(name: str, value: Any) -> None:
     """Raise :class:`AttnumInputError` (``name=value is not allowed; expected ...``) unless allowed."""
     allowed, ok = FIELDS[name]
     if not ok(value):
-        raise bad_value(name, value, allowed)
+        raise bad_value(name, value, allowed_for(allowed, ok, value))
 
 
 def compare_inputs(cfg: CompareConfig):

@@ -60,6 +60,10 @@ class FP8TableConfig:
         from attnum.numerics.mma_sites import check_arch
 
         object.__setattr__(self, "mma", check_arch(self.mma, param="mma"))
+        if self.mma is not None:  # the table's GEMMs are FP8: refuse an architecture without them before any work
+            from attnum.numerics.mma_arch import get_arch
+
+            get_arch(self.mma).instruction("fp8")
         InputSpec(batch=self.batch, heads=self.heads, seq_len=self.seq_len, head_dim=self.head_dim, seed=self.seed)
         object.__setattr__(self, "fmt", quant_format(self.fmt))
         if self.fmt == "int8":
