@@ -84,7 +84,7 @@ class AuditConfig:
         from attnum.kernels.triton_interp import check_numerics
 
         check_numerics(self.numerics)
-        from attnum.kernels.triton_model import check_arch
+        from attnum.kernels.triton_tensor_core import check_arch
 
         object.__setattr__(self, "arch", check_arch(self.arch))
         object.__setattr__(self, "dtypes", parse_dtypes(self.dtypes))

@@ -264,7 +264,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
     arithmetic of Triton's interpreter for interpreted Triton targets
     (:data:`attnum.kernels.triton_interp.NUMERICS`); ``arch``: the GPU whose tensor cores their ``tl.dot``
-    runs on (:data:`attnum.kernels.triton_model.ARCHES`). Raises AttnumInputError (naming ``param``) for
+    runs on (:data:`attnum.kernels.triton_tensor_core.ARCHES`). Raises AttnumInputError (naming ``param``) for
     an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from attnum.kernels import triton_model as model
+from attnum.kernels import triton_tensor_core as tc
 from attnum.kernels.triton_fusion import fp_fusion_default, not_forced_off
 from attnum.numerics.rounding import round_to
 
@@ -46,7 +47,7 @@ _DOT = "attnum.dot_zero_acc"  # TensorHandle.attr key: the operands of a tl.dot 
 
 
 def name(numerics: str = "faithful", *, approx_exp: bool = False, fp_fusion: bool | None = None,
-         arch: str = model.DEFAULT_ARCH) -> str:
+         arch: str = tc.DEFAULT_ARCH) -> str:
     """The label of the arithmetic a Triton verdict ran under: ``triton-interp:nvidia-sm90`` (the
     ``arch`` whose tensor cores ``tl.dot`` runs on) plus ``,ex2-approx`` and ``,fp-fusion`` when they are
     on (``fp_fusion=None``: :func:`fp_fusion_default`)."""
@@ -55,7 +56,7 @@ def name(numerics: str = "faithful", *, approx_exp: bool = False, fp_fusion: boo
     if numerics == "raw":
         return "triton-interp:raw"
     fused = fp_fusion_default() if fp_fusion is None else fp_fusion
-    return f"triton-interp:{model.model_name(arch)}" + (",ex2-approx" if approx_exp else "") + (",fp-fusion" if fused else "")
+    return f"triton-interp:{tc.model_name(arch)}" + (",ex2-approx" if approx_exp else "") + (",fp-fusion" if fused else "")
 
 
 def _formats():
@@ -113,7 +114,7 @@ _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
           "e5m2": torch.float8_e5m2}
 
 
-def _install(approx_exp: bool, fp_fusion: bool, arch: str = model.DEFAULT_ARCH) -> dict:
+def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> dict:
     from triton._C.libtriton import ir
     from triton.runtime import interpreter as I
 
@@ -129,7 +130,7 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = model.DEFAULT_ARCH) 
     opts = b.options
     # The GPU's default max_num_imprecise_acc (the interpreter's is 0), so that semantic.dot hands an fp8
     # dot the value the CUDA backend would: 2**30 on sm90 (never promote), 0 elsewhere.
-    b.options = dataclasses.replace(opts, max_num_imprecise_acc_default=model.HOPPER_IMPRECISE_DEFAULT
+    b.options = dataclasses.replace(opts, max_num_imprecise_acc_default=tc.HOPPER_IMPRECISE_DEFAULT
                                     if arch == "sm90" else 0)
 
     def as32(h):
@@ -324,11 +325,11 @@ def _uninstall(saved: dict) -> None:
 
 
 @contextlib.contextmanager
-def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None, arch: str = model.DEFAULT_ARCH):
+def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None, arch: str = tc.DEFAULT_ARCH):
     """Run interpreted Triton kernels inside the block with the GPU's arithmetic (module docstring).
     ``fp_fusion``: fp32 multiply-add contraction, None for the installed Triton's default
     (:func:`fp_fusion_default`); a launch's own ``enable_fp_fusion=`` still wins, as on the GPU.
-    ``arch``: the GPU whose tensor cores ``tl.dot`` runs on (:data:`attnum.kernels.triton_model.ARCHES`).
+    ``arch``: the GPU whose tensor cores ``tl.dot`` runs on (:data:`attnum.kernels.triton_tensor_core.ARCHES`).
 
     Needs ``TRITON_INTERPRET=1`` (kernels decorated under it). Re-entrant (an inner block keeps the
     outer one's settings); not for concurrent threads running interpreted kernels under different
@@ -336,7 +337,7 @@ def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None, arch: s
     with _LOCK:
         if _DEPTH[0] == 0:
             fused = fp_fusion_default() if fp_fusion is None else fp_fusion
-            _SAVED["state"] = _install(approx_exp, fused, model.check_arch(arch))
+            _SAVED["state"] = _install(approx_exp, fused, tc.check_arch(arch))
         _DEPTH[0] += 1
     try:
         yield
@@ -348,7 +349,7 @@ def faithful(*, approx_exp: bool = False, fp_fusion: bool | None = None, arch: s
 
 
 def wrap(fn, *, numerics: str = "faithful", approx_exp: bool = False, fp_fusion: bool | None = None,
-         arch: str = model.DEFAULT_ARCH):
+         arch: str = tc.DEFAULT_ARCH):
     """``fn`` run under :func:`faithful` (``numerics="faithful"``) or as is (``"raw"``)."""
     if numerics not in NUMERICS:
         raise ValueError(f"{numerics=} must be one of {NUMERICS}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from attnum.kernels import triton_model as model
+from attnum.kernels import triton_tensor_core as tc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +45,7 @@ def _inputs(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=torch.float32) * scale
 
 
-def _checks(arch: str = model.DEFAULT_ARCH):
+def _checks(arch: str = tc.DEFAULT_ARCH):
     from attnum.kernels import triton_selftest_kernels as K
 
     n = 32
@@ -176,7 +177,7 @@ def dot_add_inputs() -> tuple[torch.Tensor, ...]:
     return a, b, _inputs(19, 16, 16, scale=64.0), _inputs(20, 16).abs() + 0.5
 
 
-def _dot_add_checks(K, arch: str = model.DEFAULT_ARCH):
+def _dot_add_checks(K, arch: str = tc.DEFAULT_ARCH):
     """``acc * s + tl.dot(a, b)``: Triton's combine pass makes the rescaled acc (its product rounded to
     fp32, not fused: the add is gone) the dot's accumulator."""
     a, b, acc, s = dot_add_inputs()
@@ -208,7 +209,7 @@ def _mul_add_checks(K, n: int):
 
 
 @functools.cache
-def run(arch: str = model.DEFAULT_ARCH) -> tuple[Check, ...]:
+def run(arch: str = tc.DEFAULT_ARCH) -> tuple[Check, ...]:
     """Every check under ``arch``'s tensor cores (the kernels need TRITON_INTERPRET=1 before triton is
     imported)."""
     from attnum.kernels import triton_faithful
@@ -226,7 +227,7 @@ def run(arch: str = model.DEFAULT_ARCH) -> tuple[Check, ...]:
     return tuple(out)
 
 
-def failure(arch: str = model.DEFAULT_ARCH) -> str:
+def failure(arch: str = tc.DEFAULT_ARCH) -> str:
     """'' when the self-test passes under ``arch``, else one line saying what failed."""
     bad = [c for c in run(arch) if not c.ok]
     return "; ".join(f"{c.name}: {c.detail}" for c in bad)
@@ -237,5 +238,5 @@ if __name__ == "__main__":
     import sys
 
     os.environ["TRITON_INTERPRET"] = "1"
-    for c in run(sys.argv[1] if len(sys.argv) > 1 else model.DEFAULT_ARCH):
+    for c in run(sys.argv[1] if len(sys.argv) > 1 else tc.DEFAULT_ARCH):
         print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}" + (f"  ({c.detail})" if c.detail else ""))
