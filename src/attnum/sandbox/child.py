@@ -23,7 +23,7 @@ ENTRIES = ("merge_state", "merge_states", "decode", "sdpa")
 MAX_GRAPHS = 64  # autograd graphs kept for backward calls that may still come (oldest dropped)
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
          "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",
-         "attnum_emulation")
+         "attnum_emulation", "attnum_softcap", "attnum_window", "attnum_sinks")
 
 
 def _jsonable(x, depth: int = 0) -> bool:
