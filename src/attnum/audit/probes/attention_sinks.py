@@ -5,8 +5,9 @@ gpt-oss adds a learned per-head sink logit to each row's softmax, ``O_i = sum_j 
 the scores and dropped after the softmax). A kernel
 that adds ``exp(sink)`` without the row's running max, applies it once per tile or split, or lets the
 sink carry a value row gives rows that are mis-scaled, worst when the sink is far from the scores.
-Cases: sinks from -30 to +30 against scores near 0 and near +20, causal and not, and GQA (H = 4, G =
-2) where the target accepts ``enable_gqa``. The target gets ``sinks=`` (H,) float32; the reference is
+Cases (causal, N = S = 72): sinks from -30 to +30 against scores near 0 and near +20, GQA (H = 4,
+G = 2) where the target accepts ``enable_gqa``; then one non-causal case (N = 40, S = 72).
+The target gets ``sinks=`` (H,) float32; the reference is
 golden attention with the sink as one more key of score ``sink_h`` (an additive mask on a zero key)
 and value 0. Only targets declaring ``attnum_sinks = True`` are asked.
 """
@@ -56,11 +57,12 @@ def run(ctx: ProbeContext) -> list[Case]:
     if missing is not None:
         return [missing]
     cases = []
+    # causal first: the decoders with sinks are causal, and some kernels (fla) have no other path
     for sinks in SINK_SETS:
         for shift in (0.0, 20.0):
-            cases.append(_case(ctx, f"sinks {sinks}, scores ~{shift:g}", sinks, shift, False, H))
-    cases.append(_case(ctx, "sinks (0, -3, 2, 8), causal N = S", SINK_SETS[0], 0.0, True, H))
-    cases.append(_case(ctx, "sinks (0, -3, 2, 8), GQA H = 4, G = 2", SINK_SETS[0], 0.0, False, 2))
+            cases.append(_case(ctx, f"causal, sinks {sinks}, scores ~{shift:g}", sinks, shift, True, H))
+    cases.append(_case(ctx, "causal GQA H = 4, G = 2, sinks (0, -3, 2, 8)", SINK_SETS[0], 0.0, True, 2))
+    cases.append(_case(ctx, f"not causal N = {N}, S = {S}, sinks (0, -3, 2, 8)", SINK_SETS[0], 0.0, False, H))
     return cases
 
 
