@@ -232,10 +232,13 @@ class ProbeContext:
         return g
 
     def check(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
-              enable_gqa=False, clean=None, out=None, score_order: bool = False) -> Case:
+              enable_gqa=False, clean=None, out=None, score_order: bool = False,
+              extra_floor: torch.Tensor | None = None) -> Case:
         """Verdict for one forward case. ``clean`` = (q, k, v) whose golden stands for this input
         (the NaN-planting probe); ``out`` = a target output already computed. ``score_order``: also
-        allow what the summation order of the q . k dot can do (terms.score_order_terms x c(fp32, d))."""
+        allow what the summation order of the q . k dot can do (terms.score_order_terms x c(fp32, d));
+        ``extra_floor``: such an allowance (B, H, N, dv), computed by the probe, when its reference input
+        is a rewrite whose scores are not the target's q . k (the score-feature probes)."""
         kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
         if out is None:
             call_kw = {**kw, "enable_gqa": True} if enable_gqa else kw
@@ -255,6 +258,8 @@ class ProbeContext:
         extra = None
         if score_order:
             extra = terms.score_order_terms(rq, rk, rv, **ref_kw) * terms_coefficient(FP32, rq.shape[-1])
+        if extra_floor is not None:
+            extra = extra_floor if extra is None else extra + extra_floor
 
         def dtype_rule(x: torch.Tensor) -> Verdict:  # the rule for a kernel of the audited dtype
             if empty is not None and self.empty_rows == "any":  # don't care: empty rows are not compared

@@ -21,8 +21,8 @@ HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fai
         "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, vllm-triton-merge; attnum kernels fetch sglang|vllm), "
         "SageAttention 1.0.6's (sage1-triton, judged against attnum's sage1 emulation; attnum kernels fetch "
         "sageattention), FlashInfer 0.7.2's Triton merges (flashinfer-triton-merge, -merge-n, -merge-varlen; "
-        "attnum kernels fetch flashinfer) and ring-flash-attn 0.1.8's merge (ring-flash-attn-merge; attnum kernels "
-        "fetch ring-flash-attn).")
+        "attnum kernels fetch flashinfer), ring-flash-attn 0.1.8's merge (ring-flash-attn-merge; attnum kernels "
+        "fetch ring-flash-attn) and fla-core 0.6.0's parallel_attn (fla-parallel-attn; attnum kernels fetch fla).")
 
 
 def register(app: typer.Typer) -> None:
@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
                                                "sglang-decode, sglang-merge, sglang-extend, sglang-context, "
                                                "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, "
                                                "vllm-triton-merge, flashinfer-triton-merge, flashinfer-triton-merge-n, "
-                                               "flashinfer-triton-merge-varlen, ring-flash-attn-merge), or "
+                                               "flashinfer-triton-merge-varlen, ring-flash-attn-merge, "
+                                               "fla-parallel-attn), or "
                                                "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),

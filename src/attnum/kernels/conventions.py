@@ -14,6 +14,21 @@ Adapters declare them as :class:`attnum.kernels.registry.Kernel` fields (module 
 means SDPA's own contract: top-left, zeros. A low-bit kernel may also declare ``attnum_emulation``
 (``"sage1"``): the policy of attnum's emulation of its designed arithmetic, which the auditor then
 judges it against (attnum.audit.emulated).
+
+Score features (the probes softcap-overflow, window-poisoned-keys, attention-sinks): a target that
+implements one says so, and then takes one more keyword argument on its SDPA entry point:
+
+- ``attnum_softcap = True``: ``softcap=cap`` (float > 0), the scaled scores become ``cap * tanh(s / cap)``
+  before masking (Gemma-2; flash-attn's ``softcap``);
+- ``attnum_window = True``: ``window_size=(left, right)`` ints, flash-attn's convention: query i sees keys
+  j with ``i + off - left <= j <= i + off + right``, ``off`` = 0 under top-left, ``S - N`` under
+  bottom-right causal alignment; -1 = unbounded on that side; with ``is_causal=True``, right = 0. The
+  common "window W" of causal serving kernels (key j visible when ``i + off - W < j <= i + off``) is
+  ``window_size=(W - 1, 0)``;
+- ``attnum_sinks = True``: ``sinks=`` a float32 tensor (H,), one logit per query head joining each row's
+  softmax denominator only (gpt-oss).
+
+Undeclared means the target has no such feature: its probe reports "unsupported", never pass.
 """
 
 from __future__ import annotations
@@ -82,6 +97,21 @@ def check_emulation(value: object, param: str = "emulation") -> str | None:
     except (AttnumInputError, AttributeError, TypeError, ValueError):
         raise bad_value(param, value, "a policy naming the kernel's designed arithmetic (e.g. sage1), or none") from None
     return text
+
+
+FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "attnum_sinks"}
+
+
+def feature(fn: object, name: str) -> bool:
+    """Whether ``fn`` declares the score feature ``name`` (softcap, window, sinks) with ``attnum_<name> = True``."""
+    if name not in FEATURES:
+        raise bad_value("feature", name, f"one of {', '.join(FEATURES)}")
+    value = getattr(fn, FEATURES[name], None)
+    if value is None or value is False:
+        return False
+    if value is not True:
+        raise bad_value(f"{getattr(fn, '__name__', 'target')}.{FEATURES[name]}", value, "True or False")
+    return True
 
 
 def label(alignment: str) -> str:

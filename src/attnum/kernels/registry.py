@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from attnum.errors import AttnumInputError, did_you_mean
 from attnum.kernels import (
     conventions,
+    fla_attn,
     flash_attn,
     flash_attn_kvcache,
     flashinfer,
@@ -181,7 +182,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         (flashinfer_triton, flashinfer_triton.MERGE, "FlashInfer 0.7.2 triton merge_state (two states, LSE base 2)"),
         (flashinfer_triton, flashinfer_triton.MERGE_N, "FlashInfer 0.7.2 triton merge_states (n states, base 2)"),
         (flashinfer_triton, flashinfer_triton.MERGE_VARLEN,
-         "FlashInfer 0.7.2 triton variable_length_merge_states (indptr, base 2)"))),
+         "FlashInfer 0.7.2 triton variable_length_merge_states (indptr, base 2)"),
+        (fla_attn, fla_attn.TARGET, "fla-core 0.6.0 parallel_attn (Triton; causal softmax attention, GQA, window, "
+                                    "sinks; N = S)"))),
     _serving_triton(ring_flash_attn_merge, ring_flash_attn_merge.MERGE,
                     "ring-flash-attn 0.1.8 update_out_and_lse (PyTorch sigmoid merge, natural log)", triton=False),
 )}

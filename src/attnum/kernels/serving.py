@@ -128,7 +128,8 @@ class ServingTarget:
                  causal_alignment: str | None = None, empty_rows: str | dict | None = None,
                  kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
                  split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
-                 emulation: str | None = None, attnum_batch_invariant: bool = False):
+                 emulation: str | None = None, attnum_batch_invariant: bool = False,
+                 features: tuple[str, ...] = ()):
         from attnum.attention.merge import empty_convention, parse_lse_base
 
         self.__name__ = self.name = name
@@ -157,6 +158,10 @@ class ServingTarget:
         if split_rule not in SPLIT_RULES:
             raise bad_value(f"{name}.split_rule", split_rule, f"one of {', '.join(SPLIT_RULES)}")
         self.split_rule = split_rule
+        for feat in features:  # score features its SDPA entry point takes (attnum.kernels.conventions)
+            if feat not in _conv.FEATURES:
+                raise bad_value(f"{name}.features", feat, f"one of {', '.join(_conv.FEATURES)}")
+            setattr(self, _conv.FEATURES[feat], True)
         # attnum_batch_invariant: a claim on the adapter class itself counts (not only on its decode)
         for attr, val in (("single_query_only", single_query_only), ("accepts_out", accepts_out),
                           ("attnum_batch_invariant", attnum_batch_invariant)):
@@ -165,11 +170,12 @@ class ServingTarget:
             setattr(self, attr, val)
 
     def __call__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                 enable_gqa=False):
+                 enable_gqa=False, **features):
         if self._sdpa is None:
             raise NotImplementedError(f"{self.name} is not an attention kernel (no SDPA entry point)")
+        # softcap= / window_size= / sinks=: asked only of a target that declares them (features=)
         return self._sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                          scale=scale, enable_gqa=enable_gqa)
+                          scale=scale, enable_gqa=enable_gqa, **features)
 
     def __repr__(self) -> str:
         parts = [p for p in ("merge_state", "merge_states", "decode") if hasattr(self, p)]

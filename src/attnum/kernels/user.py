@@ -113,9 +113,10 @@ def load_user_target(spec: str) -> Callable:
 
     @functools.wraps(fn)
     def without_gqa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                    enable_gqa=False):
+                    enable_gqa=False, **features):
         if enable_gqa:
             raise NotImplementedError("target takes no enable_gqa argument")
-        return fn(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        # softcap= / window_size= / sinks=, passed only to a target that declares them (conventions)
+        return fn(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale, **features)
 
     return without_gqa

@@ -45,6 +45,8 @@ WHEELS = {
                    "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"),
     "ring-flash-attn": ("0.1.8", "ring_flash_attn-0.1.8-py3-none-any.whl",
                         "296c929516c3b21f7bcdaeca44a99bb541779a7b63979eb0f67837dcb18a2bb9"),
+    "fla": ("0.6.0", "fla_core-0.6.0-py3-none-any.whl",
+            "b0708b70e0b119cd58a0a5146ea56cb175cef6ed969d8ac60267e3e077ce3ebd"),
 }
 """``{package: (version, wheel file name, sha256)}``: the one wheel attnum fetches and runs per package, with
 the sha256 the registry (PyPI) publishes for it. A wheel in the cache is used only under this exact name and
@@ -56,7 +58,7 @@ its kernel files are plain Python, so the x86_64 wheel is fetched on every machi
 PINS = {name: pin[0] for name, pin in WHEELS.items()}
 """``{package: version}`` (from :data:`WHEELS`)."""
 
-DISTS = {"flashinfer": "flashinfer-python"}
+DISTS = {"flashinfer": "flashinfer-python", "fla": "fla-core"}
 """The PyPI name where it is not the package's own (``attnum kernels fetch flashinfer`` gets flashinfer-python)."""
 
 IMPORTS = {"ring-flash-attn": "ring_flash_attn"}
@@ -84,6 +86,8 @@ FILES = {
     "flashinfer": ("flashinfer/triton/cascade.py", "flashinfer/triton/kernels/cascade.py",
                    "flashinfer/triton/kernels/__init__.py", "flashinfer/triton/utils.py"),
     "ring-flash-attn": ("ring_flash_attn/utils.py",),
+    # flash-linear-attention's softmax attention: the kernel file and the two helper files it imports.
+    "fla": ("fla/ops/attn/parallel.py", "fla/ops/utils/op.py", "fla/ops/utils/constant.py"),
 }
 
 
@@ -259,6 +263,8 @@ def _stand_ins(package: str) -> None:
         _flashinfer_stand_ins()
     elif package == "sageattention":  # no heavy imports; its package path, so that relative imports resolve
         _module("sageattention").__path__ = [str(source_dir(package) / "sageattention")]
+    elif package == "fla":
+        _fla_stand_ins()
     # ring-flash-attn's utils.py imports torch only
 
 
@@ -282,6 +288,58 @@ def _flashinfer_stand_ins() -> None:
         assert x.is_contiguous(), "must be contiguous"  # what the real check asks beyond the device
 
     utils._attnum_real_check_input, utils.check_input = real, check_input
+
+
+def _fla_stand_ins() -> None:
+    """``fla.ops.attn.parallel``'s imports without the package (whose ``__init__`` imports every op):
+
+    - ``fla.backends.dispatch(name)``: the identity decorator (fla's backend switch; Triton is the default);
+    - ``fla.utils``: ``check_shared_mem(arch)`` true for "hopper" and below (the sm90 the faithful model
+      follows: parallel_attn_fwd then takes BT = 128, BS <= 64), ``contiguous`` (makes tensor arguments
+      contiguous, as fla's does), autocast decorators as identities (no autocast on the audit's path),
+      ``IS_GATHER_SUPPORTED`` / ``IS_NVIDIA_BLACKWELL`` False (sm90);
+    - ``fla.ops.utils``: ``prepare_chunk_indices`` ((sequence, chunk) pairs, fla's ``index.py`` in four
+      lines of torch), ``chunk_global_cumsum`` refusing (only the gated ``g`` path calls it);
+      ``op.py`` and ``constant.py`` are fla's own files;
+    - ``einops.reduce`` where einops is not installed: refusing (only the backward calls it)."""
+    import functools
+
+    import torch
+
+    def contiguous(fn):
+        @functools.wraps(fn)
+        def wrapper(ctx, *args, **kw):
+            args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+            kw = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+            return fn(ctx, *args, **kw)
+        return wrapper
+
+    def refuse(what):
+        def fn(*args, **kw):
+            raise NotImplementedError(f"{what} is not part of attnum's fla stand-ins (forward, no gate g)")
+        return fn
+
+    def prepare_chunk_indices(cu_seqlens, chunk_size, cu_seqlens_cpu=None):
+        lens = torch.diff(cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens)
+        counts = (lens + chunk_size - 1).div(chunk_size, rounding_mode="floor").tolist()
+        pairs = [(i, c) for i, n in enumerate(counts) for c in range(int(n))]
+        return torch.tensor(pairs, dtype=torch.long).view(-1, 2).to(cu_seqlens)
+
+    root = source_dir("fla") / "fla"
+    _module("fla").__path__ = [str(root)]
+    _module("fla.backends", dispatch=lambda name: (lambda fn: fn))
+    _module("fla.utils", check_shared_mem=lambda arch="none", index=None: arch in ("hopper", "ampere", "ada", "none"),
+            contiguous=contiguous, autocast_custom_fwd=lambda fn: fn, autocast_custom_bwd=lambda fn: fn,
+            IS_GATHER_SUPPORTED=False, IS_NVIDIA_BLACKWELL=False)
+    _module("fla.ops").__path__ = [str(root / "ops")]
+    _module("fla.ops.utils", prepare_chunk_indices=prepare_chunk_indices,
+            chunk_global_cumsum=refuse("chunk_global_cumsum")).__path__ = [str(root / "ops" / "utils")]
+    _module("fla.ops.utils.cumsum", chunk_global_cumsum=refuse("chunk_global_cumsum"))
+    _module("fla.ops.attn").__path__ = [str(root / "ops" / "attn")]
+    for name in ("fla.ops.utils.constant", "fla.ops.utils.op"):
+        _load_file(name, source_dir("fla") / (name.replace(".", "/") + ".py"))
+    if importlib.util.find_spec("einops") is None and "einops" not in sys.modules:
+        _module("einops", reduce=refuse("einops.reduce (fla's backward)"))
 
 
 def load(package: str, module: str):

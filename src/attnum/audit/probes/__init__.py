@@ -6,6 +6,7 @@ from attnum.audit.harness import Probe
 from attnum.audit.probes import (
     accumulator_overflow,
     additive_mask_overflow,
+    attention_sinks,
     batch_invariance,
     below_sentinel,
     block_table_past_end,
@@ -36,7 +37,9 @@ from attnum.audit.probes import (
     page_padding_leak,
     qk_overflow,
     scale_argument,
+    softcap_overflow,
     split_invariance,
+    window_poisoned_keys,
 )
 
 _MODULES = (
@@ -56,6 +59,10 @@ _MODULES = (
     nonfinite_masked_kv,
     determinism,
     batch_invariance,
+    # score features a target declares (attnum.kernels.conventions)
+    softcap_overflow,
+    window_poisoned_keys,
+    attention_sinks,
     # serving side (merge / decode targets, attnum.kernels.serving)
     merge_empty_split,
     merge_two_empty,

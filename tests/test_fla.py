@@ -1,0 +1,69 @@
+"""fla-core 0.6.0's parallel_attn (fla-parallel-attn), run as fetched (attnum kernels fetch fla) through
+Triton's interpreter: window and sinks declared and audited, refusals are "unsupported", fp32 under the
+GPU model is TF32 (fails the fp32 rule; passes with IEEE dots, --numerics raw), varlen rows equal dense.
+A failed download skips, saying why."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnum.audit.config import AuditConfig
+from attnum.audit.runner import run_audit
+from attnum.kernels import wheels
+
+HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def fla():
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
+    if wheels.missing("fla"):
+        try:
+            wheels.fetch("fla", quiet=True)
+        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
+            pytest.skip(f"cannot fetch fla {wheels.PINS['fla']}: {exc}")
+
+
+def rows(dtypes, probes, numerics="faithful"):
+    report = run_audit(AuditConfig(target="fla-parallel-attn", dtypes=dtypes, probes=probes, numerics=numerics))
+    assert report.available, report.reason
+    return {(r.name, r.dtype): r for r in report.results}
+
+
+def test_window_and_sinks_pass_in_bf16_and_what_fla_lacks_is_unsupported(fla):
+    got = rows("bf16", "window-poisoned-keys,attention-sinks")
+    for name in ("window-poisoned-keys", "attention-sinks"):
+        r = got[(name, "bf16")]
+        assert r.status == "pass", r.note
+        refused = [c for c in r.cases if c.verdict.status == "unsupported"]
+        passed = [c for c in r.cases if c.verdict.status == "pass"]
+        assert refused and len(passed) >= 3
+        # only the non-causal and N != S cases are refused, each saying why
+        assert all("causal only" in c.verdict.note or "N == S" in c.verdict.note for c in refused)
+
+
+def test_fp32_is_tf32_under_the_gpu_model_and_ieee_dots_pass(fla):
+    faithful = rows("fp32", "gqa-mapping")[("gqa-mapping", "fp32")]
+    raw = rows("fp32", "gqa-mapping", numerics="raw")[("gqa-mapping", "fp32")]
+    assert faithful.status == "fail" and faithful.target_error > 100 * faithful.bound, faithful.note
+    assert raw.status == "pass", raw.note
+
+
+def test_varlen_with_a_zero_length_sequence_equals_dense_per_sequence(fla):
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, str(HERE / "_fla_varlen_check.py")], capture_output=True, text=True,
+                         timeout=540, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    for dt, r in got.items():
+        assert r["finite"] and r["bitwise_dense"] == [True, True, True], (dt, r)
