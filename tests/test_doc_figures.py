@@ -39,6 +39,13 @@ def _probes():
     return [p for p in PROBES.values() if p.default]
 
 
+def _feature_probes() -> list[str]:
+    """Probes of a declared score feature (softcap, window, sinks: attnum.audit.features): a target that
+    declares none of them gets one 'unsupported' row per dtype from each."""
+    return [p.name for p in _probes()
+            if re.search(r"^from attnum\.audit\.features import", inspect.getsource(sys.modules[p.run.__module__]), re.M)]
+
+
 def _serving_probes() -> list[str]:
     """Probes for merge/decode entry points: those built on attnum.audit.serving. An SDPA-only target
     has neither entry point, so each of them is one 'unsupported' row per dtype."""
@@ -77,7 +84,7 @@ FIGURES: dict[str, tuple[str, Callable[[], tuple[str, ...]]]] = {
     "backward-probes": (NUMBER, lambda: (str(sum(p.kind == "backward" for p in _probes())),)),
     "serving-probes": (NUMBER, lambda: (str(len(_serving_probes())),)),
     "sdpa-rows": (NUMBER, lambda: (str(len(_probes()) * DTYPES),)),
-    "sdpa-unsupported": (NUMBER, lambda: (str(len(_serving_probes()) * DTYPES),)),
+    "sdpa-unsupported": (NUMBER, lambda: (str((len(_serving_probes()) + len(_feature_probes())) * DTYPES),)),
     "scan-examples": (r"(\d+) finding\(s\) at or above low in (\d+) file\(s\)", _scan_examples),
     "quick-points": (NUMBER, _quick_points),
     "replay-attacks": (NUMBER, _replay_attacks),
