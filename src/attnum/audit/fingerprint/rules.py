@@ -12,9 +12,10 @@ from attnum.attention.split_rules import plan_splits
 
 
 def _rules(bounds: dict) -> list[str]:
-    spans = sorted({j1 - j0 for b in bounds.values() for j0, j1 in b})
     rules = [f"count:{n}" for n in range(1, 33)] + ["fa2", "fa2:sms=108", "sglang", "vllm", "vllm-invariant"]
-    rules += [f"flashinfer:{s}" for s in spans] + [f"sglang-fixed:{s}" for s in spans]
+    if any(len(b) > 1 for b in bounds.values()):  # a split size is only seen where a sequence is split
+        spans = sorted({b[0][1] - b[0][0] for b in bounds.values() if len(b) > 1})
+        rules += [f"flashinfer:{s}" for s in spans] + [f"sglang-fixed:{s}" for s in spans]
     return rules
 
 

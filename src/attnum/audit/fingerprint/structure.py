@@ -120,7 +120,7 @@ def rank(per_length: dict[int, dict[tuple, int]], limit: int = 12) -> list[dict[
             best = min(here.values())
             options.append([Structure(best, bc, span, order) for span, u in here.items() if u == best])
         for combo in itertools.islice(itertools.product(*options), 4):
-            joint.append((sum(s.unknown for s in combo), bc, order, dict(zip(lengths, combo))))
+            joint.append((sum(s.unknown for s in combo), bc, order, dict(zip(lengths, combo, strict=True))))
     joint.sort(key=lambda t: (t[0], t[1], t[2]))
     return [c for *_, c in joint[:limit]]
 
@@ -128,13 +128,13 @@ def rank(per_length: dict[int, dict[tuple, int]], limit: int = 12) -> list[dict[
 def boundaries(starts: np.ndarray, survived: np.ndarray) -> tuple[int, ...]:
     """Split starts from the boundary probes (:func:`attnum.audit.fingerprint.probes.boundary_columns`):
     the candidate tile starts b whose e survived."""
-    return tuple(int(b) for b, s in zip(starts, survived) if s)
+    return tuple(int(b) for b, s in zip(starts, survived, strict=True) if s)
 
 
 def split_bounds(S: int, starts: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """The key ranges of the splits that start at 0 and at ``starts``."""
     edges = [0, *starts, S]
-    return tuple((a, b) for a, b in zip(edges, edges[1:]))
+    return tuple((a, b) for a, b in zip(edges, edges[1:], strict=False))
 
 
 def explains(records, bounds: dict, block_k: int, order: str) -> bool:
@@ -142,7 +142,7 @@ def explains(records, bounds: dict, block_k: int, order: str) -> bool:
     the recorded probe calls ((q, k, v, out, columns))."""
     from attnum.audit.fingerprint.probes import survival
 
-    for q, k, v, out, cols in records:
+    for _q, k, _v, out, cols in records:
         S = k.shape[-2]
         starts = tuple(j0 for j0, _ in bounds[S][1:])
         pred = predict(cols, block_k=block_k, span=None, order=order, S=S, starts=starts)
