@@ -1,0 +1,166 @@
+"""Compiled MMA arithmetic (numba): every output element's chain of groups, in one pass, integer sums.
+
+The plain torch reference is :func:`attnum.numerics.mma.matmul_reference`; these kernels compute the same
+bits. Inputs are float64 values (exact: an operand, a product of two operands and an fp32/fp16 accumulator
+are all normal float64 numbers, 2**-266 <= |x| < 2**256) and each operand's exponent as the adder sees it
+(its binade, floored at the format's smallest normal binade; ZERO_EXP for a zero). A group's aligned,
+truncated terms are integers of at most F + 2 bits, so their sum is exact in float64 and int64 alike
+(|sum| < (L + 1) * 2**(F + 2) < 2**36).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import jit
+
+ZERO_EXP = -20000  # a zero operand's exponent: its products sit below every e_zero (and int32 holds the sum)
+
+if jit.numba is not None:
+    from numba import njit
+
+    _bits, _pow2 = jit._bits, jit._pow2
+
+    @njit(inline="always", cache=True, error_model="numpy")
+    def _binade(x):
+        """floor(log2(x)) of a normal positive float64."""
+        return ((_bits(x) >> 52) & 0x7FF) - 1023
+
+    @njit(inline="always", cache=True, error_model="numpy")
+    def _finite(x):
+        return x - x == 0.0
+
+    @njit(inline="always", cache=True, error_model="numpy")
+    def _round_out(acc, x0, mbits, emin, rne, overflow):
+        """acc * 2**x0 rounded to mbits fraction bits above the exponent floor emin (toward zero, or to
+        nearest even when ``rne``); at or past ``overflow`` (2**(emax + 1)) it is inf. Zero is +0."""
+        if acc == 0:
+            return 0.0
+        m = -acc if acc < 0 else acc
+        E = _binade(np.float64(m)) + x0
+        q = max(E, emin) - mbits
+        sh = q - x0
+        if sh <= 0:
+            v = np.float64(m) * _pow2(x0)
+        elif sh > 62:  # m < 2**37: everything is dropped, and less than half a quantum
+            return 0.0
+        else:
+            n = m >> sh
+            if rne:
+                rem = m - (n << sh)
+                half = np.int64(1) << (sh - 1)
+                if rem > half or (rem == half and (n & 1) == 1):
+                    n += 1
+            if n == 0:
+                return 0.0
+            v = np.float64(n) * _pow2(q)
+        if v >= overflow:
+            v = np.inf
+        return -v if acc < 0 else v
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def nv_mma(av, ea, bv, eb, c, out, L, F, e_zero, c_emin, mbits, emin, rne, overflow):
+        """NVIDIA's truncated fused dot product (MMA-Sim's T-FDPA), chained over K in groups of L.
+
+        av, ea: (B, M, K) operand values and exponents; bv, eb: (B, K, N); c, out: (B, M, N) float64 (out
+        holds fp32 / e8m13 / fp16 values). A zero operand's exponent is ZERO_EXP (far below e_zero), so a
+        zero product never sets the maximum; e_zero enters through the accumulator instead (a zero c counts
+        as e_zero, a nonzero one is at least c_emin > e_zero), which is the same maximum.
+
+        Per (batch, row) the loops run over a whole row of N outputs at a time (the inner loop over j is
+        straight-line arithmetic that vectorizes): the group's largest exponent, the scale 2**(F - e_max),
+        the truncated terms summed in float64 (integers below 2**36: exact in any order), then one
+        rounding per output (:func:`_round_out`). An inf or NaN operand or accumulator passes through the
+        same arithmetic as IEEE specials (trunc(inf) = inf, inf - inf = NaN), as in MMA-Sim."""
+        nb, M, K = av.shape
+        N = bv.shape[2]
+        emax = np.empty(N, np.int32)
+        scale = np.empty(N, np.float64)
+        acc = np.empty(N, np.float64)
+        r = np.empty(N, np.float64)
+        for ib in range(nb):
+            for i in range(M):
+                r[:] = c[ib, i, :]
+                for k0 in range(0, K, L):
+                    for j in range(N):
+                        x = r[j]
+                        if x == 0.0 or not _finite(x):
+                            emax[j] = e_zero
+                        else:
+                            emax[j] = max(_binade(abs(x)), c_emin)
+                    for k in range(k0, k0 + L):
+                        ek, erow = ea[ib, i, k], eb[ib, k]
+                        for j in range(N):
+                            emax[j] = max(emax[j], ek + erow[j])
+                    for j in range(N):
+                        scale[j] = _pow2(F - emax[j])
+                        acc[j] = np.trunc(r[j] * scale[j])
+                    for k in range(k0, k0 + L):
+                        ak, brow = av[ib, i, k], bv[ib, k]
+                        for j in range(N):
+                            acc[j] += np.trunc(ak * brow[j] * scale[j])
+                    for j in range(N):
+                        x = acc[j]
+                        if _finite(x):
+                            r[j] = _round_out(np.int64(x), emax[j] - F, mbits, emin, rne, overflow)
+                        else:
+                            r[j] = x
+                out[ib, i, :] = r
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def cdna3_mma(av, ea, bv, eb, c, out, L, F, F2):
+        """CDNA3's two-stage dot product (MMA-Sim's TR-FDPA), chained over K in groups of L.
+
+        Per group: the L products truncated to F bits below their largest exponent and summed; that sum
+        and the fp32 accumulator aligned to the larger exponent, rounding DOWN (floor) to F2 + 1 and F
+        bits; their sum rounded down to F2 fraction bits, then to nearest fp32. A product of 2**128 or
+        more is inf (it overflows before the adder)."""
+        nb, M, K = av.shape
+        N = bv.shape[2]
+        big = 2.0**128
+        for ib in range(nb):
+            for i in range(M):
+                for j in range(N):
+                    r = c[ib, i, j]
+                    for k0 in range(0, K, L):
+                        spec = 0.0 if _finite(r) else r
+                        edot = -999
+                        for k in range(k0, k0 + L):
+                            p = av[ib, i, k] * bv[ib, k, j]
+                            if p != 0.0 and _finite(p):
+                                edot = max(edot, ea[ib, i, k] + eb[ib, k, j])
+                            if not _finite(p):
+                                spec += p
+                            elif abs(p) >= big:
+                                spec += np.inf if p > 0 else -np.inf
+                        if spec != 0.0:
+                            r = spec
+                            continue
+                        scale = _pow2(F - edot) if edot > -999 else 0.0
+                        acc = np.int64(0)
+                        for k in range(k0, k0 + L):
+                            acc += np.int64(av[ib, i, k] * bv[ib, k, j] * scale)
+                        ec = -126 if r == 0.0 else max(_binade(abs(r)), -126)
+                        em = max(edot, ec)
+                        sh = edot - em + (F2 + 1 - F)  # the dot sum in units of 2**(em - F2 - 1)
+                        if sh >= 0:
+                            d = acc << sh
+                        elif sh < -62:
+                            d = np.int64(-1) if acc < 0 else np.int64(0)
+                        else:
+                            d = acc >> (-sh)  # arithmetic shift: floor
+                        cu = np.int64(np.floor(r * _pow2(F - em)))
+                        S = d + (cu << (F2 + 1 - F))
+                        x0 = em - F2 - 1
+                        if S == 0:
+                            r = 0.0
+                            continue
+                        E = _binade(np.float64(abs(S))) + x0
+                        q = max(E, -126) - F2
+                        sh2 = q - x0
+                        if sh2 > 0:
+                            v = np.float64(S >> sh2) * _pow2(q)
+                        else:
+                            v = np.float64(S) * _pow2(x0)
+                        r = np.float64(np.float32(v))  # one IEEE rounding to nearest fp32 (inf past max)
+                    out[ib, i, j] = r
