@@ -139,3 +139,43 @@ def test_cli_json_and_bad_input():
     bad = runner.invoke(build_app(), ["fingerprint", "flash:fa2:bf16", "--dtype", "fp8"])
     assert bad.exit_code == 2
     assert "--dtype" in bad.output and "fp8" in bad.output
+
+
+def _mmasim_matmul(arch: str, dtype: torch.dtype):
+    """mmasim's instruction for ``arch`` as a matmul callable (a (M, K) @ b (K, N) + c, K chained through C
+    instruction by instruction): an oracle independent of attnum's model."""
+    from test_mma import oracle
+
+    from attnum.numerics.mma_arch import ARCHS
+
+    op = oracle(arch, dtype, dtype, "fp32")
+    k = ARCHS[arch].instruction({torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]).k
+    if arch == "sm70":
+        k = 4
+
+    def fn(a, b, c):
+        acc = c.float()
+        for s in range(0, a.shape[-1], k):
+            acc = op(a[:, s:s + k], b[s:s + k], acc)
+        return acc
+    return fn
+
+
+@pytest.mark.parametrize("arch,dtype", [("sm70", "fp16"), ("sm80", "bf16"), ("sm90", "fp16"), ("cdna3", "bf16")])
+def test_identify_mma_names_mmasim_instructions(arch, dtype):
+    """Given only mmasim's instruction as a matmul callable, the fingerprint names its architecture (or
+    the class of architectures whose models agree on every crafted tile, which then holds it)."""
+    pytest.importorskip("mmasim", reason="mmasim (the MMA-Sim oracle, test extra) is not installed")
+    from attnum.audit.fingerprint.mma_id import identify_mma
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    res = identify_mma(_mmasim_matmul(arch, dt), dtype=dtype, tiles=12)
+    assert arch in res["matching"], res
+    assert res["identified"] in res["classes"], res  # exactly one class, never a union guessed across classes
+
+
+def test_identify_mma_refuses_exact_arithmetic():
+    from attnum.audit.fingerprint.mma_id import identify_mma
+
+    res = identify_mma(lambda a, b, c: (a.double() @ b.double() + c.double()).float(), dtype="fp16", tiles=6)
+    assert res["identified"] == "not identified" and res["matching"] == []

@@ -32,6 +32,11 @@ def register(app: typer.Typer) -> None:
         numerics: str = typer.Option("faithful", "--numerics", help="arithmetic of interpreted Triton kernels "
                                                                      "(as for attnum audit)"),
         no_isolate: bool = typer.Option(False, "--no-isolate", help="run the target in this process"),
+        matmul: str | None = typer.Option(None, "--matmul", help="the kernel's matrix unit to name: "
+                                                                  "module:function or file.py:function taking "
+                                                                  "(a, b, c) and returning a @ b + c in float32 "
+                                                                  "(run in this process), or mma:ARCH (attnum's "
+                                                                  "model of ARCH, a self-check)"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
     ) -> None:
         """Fingerprint an attention kernel (the help text is HELP above)."""
@@ -58,7 +63,8 @@ def register(app: typer.Typer) -> None:
                 if tty:
                     print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
 
-            kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress)
+            kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
+                      matmul=_matmul(matmul) if matmul else None)
             if no_isolate:
                 fn = _resolve(target, numerics)
                 doc = fingerprint(fn, **kw)
@@ -66,6 +72,31 @@ def register(app: typer.Typer) -> None:
             else:
                 doc = _isolated(target, numerics, timeout, kw)
         _print(doc, as_json)
+
+
+def _matmul(spec: str):
+    """``mma:ARCH`` or a user's ``module:function`` / ``file.py:function`` (imported here)."""
+    from pathlib import Path
+
+    from attnum.errors import bad_value
+    from attnum.kernels.user import _import_module, import_file
+
+    if spec.startswith("mma:"):
+        from attnum.numerics import mma
+        from attnum.numerics.mma_arch import get_arch
+
+        arch = get_arch(spec[4:]).name
+        return lambda a, b, c: mma.matmul(a, b, c, arch=arch)
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise bad_value("--matmul", spec, "mma:ARCH, module:function or file.py:function")
+    is_file = where.endswith(".py") or "/" in where
+    fn = import_file(Path(where), spec) if is_file else _import_module(where, spec)
+    for part in attr.split("."):
+        if not hasattr(fn, part):
+            raise bad_value("--matmul", spec, f"an attribute of {where!r} (it has no {attr!r})")
+        fn = getattr(fn, part)
+    return fn
 
 
 def _resolve(target: str, numerics: str):

@@ -27,6 +27,8 @@ from attnum.errors import bad_value
 MERGES = ("lse", "online", "ratio")
 DEFAULT_LENGTHS = (512, 1200)
 TOP_STRUCTURES = 4  # (Bc, order) pairs confirmed by replay, best ranked first
+NO_MATMUL = ("not identified: no matmul callable given (an attention call's outputs do not isolate its matrix "
+             "unit; pass one to name an attnum.numerics.mma architecture)")
 
 
 def _bounds_options(t: probes.CountedTarget, S: int, bc: int, order: str, ranked, per_length, *, heads, d,
@@ -65,9 +67,11 @@ def _bounds_options(t: probes.CountedTarget, S: int, bc: int, order: str, ranked
 
 
 def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, heads: int = 16, d: int = 64,
-                seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
+                seed: int = 0, progress: Callable[[str], None] | None = None, matmul: Callable | None = None) -> dict:
     """The fingerprint of an SDPA-signature callable ``fn(q, k, v, is_causal=False)`` in ``dtype``.
 
+    ``matmul``: the kernel's matrix unit as a callable ``(a, b, c) -> a @ b + c`` (float32 out), named by
+    :func:`attnum.audit.fingerprint.mma_id.identify_mma`; without it ``mma`` says why it is not identified.
     Returns the JSON document of docs/fingerprint.md (kv_block, splits, merge, sites, policy,
     bit_exact_fraction, residual_ulp, calls, seconds, ...)."""
     probes.torch_dtype(dtype)
@@ -122,7 +126,13 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         best = found[0]
         frac, resid = search.exact_fraction(best, fresh)
         doc.update(_explained(found, best, frac, resid, lengths, heads, d))
-    doc["mma"] = "not identified"
+    if matmul is None:
+        doc["mma"] = NO_MATMUL
+    else:
+        from attnum.audit.fingerprint.mma_id import identify_mma
+
+        say("matrix unit: crafted tiles")
+        doc["mma"] = identify_mma(matmul, dtype=dtype if dtype != "fp32" else "tf32")
     doc["calls"] = t.calls
     doc["target_seconds"] = round(t.seconds, 3)
     doc["seconds"] = round(time.perf_counter() - t0, 3)

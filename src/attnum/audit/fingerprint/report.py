@@ -33,7 +33,10 @@ def rows(doc: dict) -> list[list[object]]:
                     f"(largest residual {doc['residual_ulp']:g} ulp)"])
         if doc.get("unexplained"):
             out.append(["not explained", doc["unexplained"]])
-    out.append(["matrix unit (mma)", doc["mma"]])
+    mma = doc["mma"]
+    if not isinstance(mma, str):
+        mma = f"{mma['identified']} ({mma['calls']} calls; classes the tiles tell apart: {', '.join(mma['classes'])})"
+    out.append(["matrix unit (mma)", mma])
     out.append(["target calls", f"{doc['calls']} ({doc['target_seconds']:.1f} s in the target, "
                                 f"{doc['seconds']:.1f} s in all)"])
     return out
