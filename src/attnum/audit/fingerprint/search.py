@@ -90,7 +90,7 @@ def exact_fraction(cand: Candidate, calls) -> tuple[float, float]:
     """(fraction of output elements bit-identical, largest residual in ulps of the output format)."""
     same = total = 0
     worst = 0.0
-    for q, k, v, out in calls:
+    for q, k, v, out, *_ in calls:
         with single_thread():
             mine = cand.run(q, k, v)
         eq = bits(mine) == bits(out)
@@ -146,6 +146,15 @@ def fit(structures, merges, policies, fit_calls, probe_calls) -> list[Candidate]
             if found:
                 return found
     return []
+
+
+def closeness(bounds: dict, block_k: int, order: str, policies, calls) -> float:
+    """The best fraction of bit-identical output elements over ``policies`` (merge ``lse``) on ``calls``:
+    how near a structure comes before its policy is fitted."""
+    best = 0.0
+    for p in policies:
+        best = max(best, exact_fraction(Candidate(bounds, block_k, order, "lse", p), calls)[0])
+    return best
 
 
 @contextlib.contextmanager
