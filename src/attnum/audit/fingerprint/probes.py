@@ -25,9 +25,10 @@ import torch
 from attnum.errors import bad_value
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-# M and e per input dtype: M a power of two the dtype holds with M / S finite, e = M 2**-25 (swamped
-# by M in fp32 and narrower accumulators, and e / S a normal or subnormal value of the output).
-SWAMP = {"fp16": (2.0 ** 15, 2.0 ** -10), "bf16": (2.0 ** 40, 2.0 ** 15), "fp32": (2.0 ** 40, 2.0 ** 15)}
+# M and e for every input dtype: M = 2**15 is finite in fp16 (an fp16 input or accumulator: a kernel of
+# bf16 or fp32 inputs may still accumulate in fp16), e = M 2**-25 is swamped by M in fp32 and every
+# narrower accumulator, and e / S stays a normal or subnormal value of the output format.
+SWAMP = {"fp16": (2.0 ** 15, 2.0 ** -10), "bf16": (2.0 ** 15, 2.0 ** -10), "fp32": (2.0 ** 15, 2.0 ** -10)}
 
 
 def torch_dtype(name: str) -> torch.dtype:
