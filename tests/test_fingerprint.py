@@ -128,7 +128,7 @@ def test_unexplained_target_is_reported_as_such():
 
 def test_cli_json():
     runner = CliRunner()
-    res = runner.invoke(build_app(), ["fingerprint", "flash:fa2:bf16", "--lengths", "96,300", "--heads", "8",
+    res = runner.invoke(build_app(), ["fingerprint", "flash:fa2:bf16", "--lengths", "200,300", "--heads", "8",
                                       "--head-dim", "16", "--no-isolate", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

@@ -108,19 +108,17 @@ def rank(per_length: dict[int, dict[tuple, int]], limit: int = 12) -> list[dict[
     change with the length: that is the split rule), ranked by the total unknown count; spans tied at
     one length give one candidate each."""
     lengths = sorted(per_length)
-    keys = {(bc, order) for S in lengths for bc, _, order in per_length[S]}
+    keys = None
+    for S in lengths:
+        ks = {(bc, order) for bc, _, order in per_length[S]}
+        keys = ks if keys is None else keys & ks
     joint = []
-    for bc, order in keys:
+    for bc, order in keys or ():
         options = []
         for S in lengths:
-            # at S keys every Bc >= S is one tile: the hypothesis Bc = S stands for all of them
-            here = {span: u for (b, span, o), u in per_length[S].items() if b == min(bc, S) and o == order}
-            if not here:
-                break
+            here = {span: u for (b, span, o), u in per_length[S].items() if b == bc and o == order}
             best = min(here.values())
             options.append([Structure(best, bc, span, order) for span, u in here.items() if u == best])
-        if len(options) < len(lengths):
-            continue
         for combo in itertools.islice(itertools.product(*options), 4):
             joint.append((sum(s.unknown for s in combo), bc, order, dict(zip(lengths, combo, strict=True))))
     joint.sort(key=lambda t: (t[0], t[1], t[2]))
