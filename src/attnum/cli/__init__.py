@@ -32,7 +32,7 @@ from attnum.console.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
 # The shell's own commands; each study family adds its own (attnum.sweep.registry.register_cli).
-_COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "scan", "kernels")
+_COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "fingerprint", "scan", "kernels")
 
 
 # A write the disk refused: what the user can act on, not a bug.

@@ -1,0 +1,205 @@
+"""``fingerprint(target)``: which arithmetic a black-box attention kernel implements, from its outputs.
+
+Shape alphabet: B = 1 batch, H heads (``heads``), N = 1 query, S keys (each of ``lengths``), d = dv head dim.
+
+The steps (docs/fingerprint.md):
+
+1. swamping probes at each length (:func:`probes.swamp_columns`): the structures (Bc, split span,
+   walk order) consistent with which e survived (:mod:`structure`);
+2. for the best-ranked (Bc, order), the split probes (:func:`probes.boundary_columns`) give the split
+   starts at each length;
+3. fitting inputs (:func:`probes.random_inputs`); every (structure, merge, policy) of the search
+   (:mod:`search`) replayed through attnum's emulation and kept when it reproduces both the fitting
+   calls and the probe calls bit for bit;
+4. the reproduction checked on fresh random inputs: the fraction of bit-identical output elements.
+
+Every call of the target goes through one :class:`probes.CountedTarget`: ``calls`` counts them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from attnum.audit.fingerprint import probes, search, structure
+from attnum.errors import bad_value
+
+MERGES = ("lse", "online", "ratio")
+DEFAULT_LENGTHS = (512, 1200)
+TOP_STRUCTURES = 4  # (Bc, order) pairs confirmed by replay, best ranked first
+NO_MATMUL = ("not identified: no matmul callable given (an attention call's outputs do not isolate its matrix "
+             "unit; pass one to name an attnum.numerics.mma architecture)")
+
+
+def _bounds_options(t: probes.CountedTarget, S: int, bc: int, order: str, ranked, per_length, *, heads, d,
+                    dtype, calls) -> list[tuple]:
+    """Split ranges at S for one (Bc, order): the split probes' answer, the tied spans of the swamping
+    ranking, each with the first or the last tile start added or both (boundaries the split probes
+    cannot see: they need two tiles in one split), and every tile a split of its own; only cuts of
+    equal splits with a shorter last one (those of every rule in :mod:`attnum.attention.split_rules`)."""
+    starts, cols = probes.boundary_columns(S, bc, order)
+    opts = []
+    if len(starts):
+        surv, rec = probes.run_swamp(t, S, heads=heads, d=d, dtype=dtype, cols=cols)
+        calls.extend(rec)
+        opts.append(structure.split_bounds(S, structure.boundaries(starts, surv)))
+    for cand in ranked:
+        s = cand[S]
+        if s.block_k == bc and s.order == order:
+            opts.append(s.bounds(S))
+    extra = []
+    first, last = {bc} & set(range(1, S)), {(S - 1) // bc * bc} & set(range(1, S))
+    for b in opts:
+        inner = {j0 for j0, _ in b[1:]}
+        for edges in (first, last, first | last):
+            if not edges <= inner:
+                extra.append(structure.split_bounds(S, tuple(sorted(inner | edges))))
+    extra.append(structure.split_bounds(S, tuple(range(bc, S, bc))))  # every tile its own split
+    seen, out = set(), []
+    for b in opts + extra:
+        sizes = [j1 - j0 for j0, j1 in b]
+        if len(set(sizes[:-1])) > 1 or sizes[-1] > sizes[0]:
+            continue  # every cut of split_rules is equal splits but a shorter last one
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out
+
+
+def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, heads: int = 16, d: int = 64,
+                seed: int = 0, progress: Callable[[str], None] | None = None, matmul: Callable | None = None) -> dict:
+    """The fingerprint of an SDPA-signature callable ``fn(q, k, v, is_causal=False)`` in ``dtype``.
+
+    ``matmul``: the kernel's matrix unit as a callable ``(a, b, c) -> a @ b + c`` (float32 out), named by
+    :func:`attnum.audit.fingerprint.mma_id.identify_mma`; without it ``mma`` says why it is not identified.
+    Returns the JSON document of docs/fingerprint.md (kv_block, splits, merge, sites, policy,
+    bit_exact_fraction, residual_ulp, calls, seconds, ...)."""
+    probes.torch_dtype(dtype)
+    lengths = tuple(sorted({int(S) for S in lengths}))
+    if not lengths or min(lengths) < 8:
+        raise bad_value("lengths", lengths, "key lengths of at least 8")
+    if heads * d < 4:
+        raise bad_value("heads", heads, "heads * d >= 4 (two probe columns per call)")
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    t = probes.CountedTarget(fn)
+    per_length, probe_calls = {}, []
+    for S in lengths:
+        say(f"swamping probes at S={S}")
+        cols = probes.swamp_columns(S)
+        surv, rec = probes.run_swamp(t, S, heads=heads, d=d, dtype=dtype, cols=cols)
+        probe_calls.extend(rec)
+        per_length[S] = structure.consistent(cols, surv, S)
+    ranked = structure.rank(per_length)
+    pairs = []
+    for cand in ranked:
+        key = (cand[lengths[0]].block_k, cand[lengths[0]].order)
+        if key not in pairs:
+            pairs.append(key)
+    pairs = pairs[:TOP_STRUCTURES]
+    say(f"fitting inputs; {len(pairs)} tile hypotheses from the probes")
+    fit_calls = []
+    for S in lengths:
+        q, k, v = probes.random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)
+        fit_calls.append((q, k, v, t(q, k, v)))
+    policies = search.policy_candidates(dtype)
+    found, tried, staged = [], [], []
+    for bc, order in pairs:
+        say(f"split probes for Bc={bc} ({order})")
+        options = {S: _bounds_options(t, S, bc, order, ranked, per_length, heads=heads, d=d, dtype=dtype,
+                                      calls=probe_calls) for S in lengths}
+        combos = _combos(options)
+        # A sequential matmul inside a tile swamps like a chain of 1-key tiles: the probes cannot always
+        # rank the true tile first. The closest replay of the fitting inputs goes first, and among near
+        # ties (to 0.1) the larger tile (a 1-key chain is rare and the slowest to replay). Only the order
+        # of the search changes: every answer is still the replay's.
+        close = search.closeness(combos[0], bc, order, policies[:2], fit_calls[:1])
+        staged.append((-round(close, 1), -bc, len(staged), bc, order, combos))
+    for *_, bc, order, combos in sorted(staged, key=lambda x: x[:3]):
+        say(f"replay for Bc={bc} ({order})")
+        shaped = search.structural([(b, bc, order) for b in combos], policies[0], probe_calls)
+        tried.append({"kv_block": bc, "order": order, "bounds_options": len(combos), "structural": len(shaped)})
+        found = search.fit(shaped, MERGES, policies, fit_calls, probe_calls)
+        if found:
+            break
+    doc = {"dtype": dtype, "lengths": list(lengths), "heads": heads, "head_dim": d, "hypotheses": tried}
+    if not found:
+        doc.update(_unexplained(pairs, ranked, lengths, fit_calls))
+    else:
+        say(f"{len(found)} candidate(s) reproduce the probes; checking on fresh inputs")
+        fresh = []
+        for S in lengths:
+            q, k, v = probes.random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed + 1)
+            fresh.append((q, k, v, t(q, k, v)))
+        best = found[0]
+        frac, resid = search.exact_fraction(best, fresh)
+        doc.update(_explained(found, best, frac, resid, lengths, heads, d))
+    if matmul is None:
+        doc["mma"] = NO_MATMUL
+    else:
+        from attnum.audit.fingerprint.mma_id import identify_mma
+
+        say("matrix unit: crafted tiles")
+        doc["mma"] = identify_mma(matmul, dtype=dtype if dtype != "fp32" else "tf32")
+    doc["calls"] = t.calls
+    doc["target_seconds"] = round(t.seconds, 3)
+    doc["seconds"] = round(time.perf_counter() - t0, 3)
+    return doc
+
+
+def _combos(options: dict[int, list]) -> list[dict]:
+    """Every choice of one bounds option per length (at most 32, in option order)."""
+    combos = [{}]
+    for S, opts in options.items():
+        combos = [{**c, S: b} for c in combos for b in opts][:32]
+    return combos
+
+
+def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
+    from attnum.audit.fingerprint.rules import matching_rules
+
+    splits = {str(S): len(best.bounds[S]) for S in lengths}
+    merges = sorted({c.merge for c in found if c.merge})
+    structures = {(c.block_k, c.order, tuple(sorted(c.bounds.items()))) for c in found}
+    spec = search.policy_spec(best.policy)
+    return {
+        "kv_block": best.block_k,
+        "kv_order": best.order,
+        "structure_determined": len(structures) == 1,
+        "splits": splits,
+        "split_bounds": {str(S): [list(r) for r in best.bounds[S]] for S in lengths},
+        "split_rules": matching_rules(best.bounds, best.block_k, best.order, heads=heads, d=d),
+        "merge": (merges[0] if len(merges) == 1 else {"undetermined": merges}) if merges else "none (one split)",
+        "sites": search.site_table(found),
+        "policy": spec,
+        "candidates": len(found),
+        "reproduction": _reproduction(best, spec, lengths),
+        "bit_exact_fraction": frac,
+        "residual_ulp": resid,
+        "unexplained": None if frac == 1.0 else "the replay differs on fresh inputs: an arithmetic the "
+                                                 "probes and fitting inputs did not exercise",
+    }
+
+
+def _reproduction(best, spec: str, lengths) -> str:
+    if all(len(best.bounds[S]) == 1 for S in lengths):
+        return (f"attnum.flash_attention(q, k, v, policy={spec!r}, block_k={best.block_k}, "
+                f"kv_order={best.order!r})")
+    return (f"attnum.attention.decode.decode_attention(q, k, v, is_causal=False, policy={spec!r}, "
+            f"split_rule=SplitPlan(bounds, {best.block_k}, {best.merge!r}, kv_order={best.order!r})) "
+            "with bounds from split_bounds")
+
+
+def _unexplained(pairs, ranked, lengths, fit_calls) -> dict:
+    """No candidate reproduces the target: the best-ranked structure under FA2's policy is reported
+    with its fraction of bit-identical elements, as a residual and never as a match."""
+    out = {"kv_block": None, "kv_order": None, "splits": None, "merge": None, "sites": None, "policy": None,
+           "bit_exact_fraction": None, "residual_ulp": None,
+           "unexplained": "no candidate explains it: no (tile, split, merge, policy) of the search reproduces "
+                          "the probes and the fitting inputs bit for bit"}
+    if ranked:
+        top = ranked[0]
+        out["closest_structure"] = {str(S): {"kv_block": top[S].block_k, "span": top[S].span,
+                                             "order": top[S].order, "unknown_probes": top[S].unknown}
+                                    for S in lengths}
+    return out

@@ -1,0 +1,42 @@
+"""The fingerprint as a readable table (the JSON document is the engine's dict as is)."""
+
+from __future__ import annotations
+
+
+def rows(doc: dict) -> list[list[object]]:
+    """[finding, value] rows of a fingerprint document."""
+    out: list[list[object]] = [["target arithmetic", "dtype " + doc["dtype"] + f", probed at S = "
+                                f"{', '.join(str(s) for s in doc['lengths'])} (B=1, H={doc['heads']}, N=1, "
+                                f"d={doc['head_dim']})"]]
+    if doc.get("kv_block") is None:
+        out.append(["verdict", doc.get("unexplained")])
+        closest = doc.get("closest_structure")
+        if closest:
+            out.append(["closest structure (not a match)", "; ".join(
+                f"S={S}: Bc={c['kv_block']}, span={c['span']}, {c['order']}" for S, c in closest.items())])
+    else:
+        out.append(["KV tile Bc", f"{doc['kv_block']} keys, walked {doc['kv_order']}"
+                    + ("" if doc.get("structure_determined", True) else " (other structures also fit)")])
+        out.append(["splits", ", ".join(f"S={S}: {n}" for S, n in doc["splits"].items())])
+        out.append(["split ranges", "; ".join(f"S={S}: {r}" for S, r in doc["split_bounds"].items())])
+        rules = doc.get("split_rules") or []
+        out.append(["split rules that cut alike", ", ".join(r["rule"] + ("" if r["tile_matches"] else " (other tile)")
+                                                           for r in rules) or "none of attnum.attention.split_rules"])
+        merge = doc["merge"]
+        out.append(["merge", merge if isinstance(merge, str) else "undetermined: " + ", ".join(merge["undetermined"])])
+        for site, row in doc["sites"].items():
+            alts = row["alternatives"]
+            out.append([f"site {site}", row["format"] if row["determined"] else f"undetermined: {', '.join(alts)}"])
+        out.append(["policy", doc["policy"]])
+        out.append(["reproduction", doc["reproduction"]])
+        out.append(["bit-exact on fresh inputs", f"{doc['bit_exact_fraction']:.6f} "
+                    f"(largest residual {doc['residual_ulp']:g} ulp)"])
+        if doc.get("unexplained"):
+            out.append(["not explained", doc["unexplained"]])
+    mma = doc["mma"]
+    if not isinstance(mma, str):
+        mma = f"{mma['identified']} ({mma['calls']} calls; classes the tiles tell apart: {', '.join(mma['classes'])})"
+    out.append(["matrix unit (mma)", mma])
+    out.append(["target calls", f"{doc['calls']} ({doc['target_seconds']:.1f} s in the target, "
+                                f"{doc['seconds']:.1f} s in all)"])
+    return out

@@ -1,0 +1,198 @@
+"""The search over candidate arithmetics: structure x merge x policy, each replayed through attnum's
+emulation and kept only when it reproduces the target's outputs bit for bit.
+
+A candidate is a :class:`Candidate`: the key ranges of the splits at each probed length, the KV tile
+Bc, the order the tiles are walked in, the merge method of the split partials and a policy
+(:mod:`attnum.numerics.policy`). It is replayed by :func:`attnum.attention.decode.decode_attention`
+with a :class:`attnum.attention.split_rules.SplitPlan` holding exactly those ranges (one range: the
+plain flash forward, no merge).
+
+Policies tried (:func:`policy_candidates`): the named policies in the input format (``fa2``,
+``uniform``, ``torch-eager``, uniform ``fp32``), FA2's with FA4's polynomial exp2, and each of them with
+one site (scores, exp, probs, row_sum, rescale, acc, out) moved to another of bf16, fp16, fp32, or the
+normalisation switched between division and reciprocal. Every policy reproducing the fitting inputs is
+kept: a site on which they disagree is reported as undetermined, never guessed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attnum.attention.decode import decode_attention
+from attnum.attention.split_rules import SplitPlan
+from attnum.audit.fingerprint.probes import bits, survival
+from attnum.numerics.formats import format_of_dtype, get_format
+from attnum.numerics.metrics import ulp
+from attnum.numerics.policy import Policy, parse_policy
+
+OBSERVED_SITES = ("scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
+LOWERED = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One arithmetic: ``bounds`` {S: key ranges of the splits}, tiles of ``block_k`` walked in ``order``,
+    partials merged by ``merge`` (None: no split at any length), under ``policy``."""
+
+    bounds: dict
+    block_k: int
+    order: str
+    merge: str | None
+    policy: Policy
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The candidate on (1, H, 1, d) queries against S keys, in q's dtype."""
+        S = k.shape[-2]
+        plan = SplitPlan((self.bounds[S],), self.block_k, self.merge or "lse", kv_order=self.order)
+        out = decode_attention(q, k, v, is_causal=False, policy=self.policy, split_rule=plan)
+        return out.to(q.dtype)
+
+
+def policy_candidates(dtype: str) -> list[Policy]:
+    """The policies tried, deduplicated by their arithmetic (names differ for the same arithmetic)."""
+    f = get_format(dtype).name
+    bases = [f"fa2:{f}", f"uniform:{f}", f"torch-eager:{f}", "fp32", f"fa2:{f},exp2=poly3"]
+    out: dict[tuple, Policy] = {}
+
+    def add(p: Policy) -> None:
+        key = tuple(sorted((k, str(v)) for k, v in p.describe().items()))
+        out.setdefault(key, p)
+
+    named = []
+    for spec in bases:
+        base = parse_policy(spec)
+        if base.inputs.name != f and spec == "fp32":
+            base = base.with_overrides(inputs=f)  # the inputs site is the target's own dtype
+        add(base)
+        named.append(base)
+    for base in named:  # the named policies first: fit() tries them alone before the variants
+        for site in OBSERVED_SITES:
+            for fmt in LOWERED:
+                if getattr(base, site).name != get_format(fmt).name:
+                    add(base.with_overrides(**{site: fmt}))
+        add(base.with_overrides(normalize="divide" if base.normalize == "reciprocal" else "reciprocal"))
+    return list(out.values())
+
+
+def agrees(cand: Candidate, calls) -> bool:
+    """Whether ``cand`` reproduces every recorded call ((q, k, v, out)) bit for bit."""
+    for q, k, v, out, *_ in calls:
+        if not np.array_equal(bits(cand.run(q, k, v)), bits(out)):
+            return False
+    return True
+
+
+def exact_fraction(cand: Candidate, calls) -> tuple[float, float]:
+    """(fraction of output elements bit-identical, largest residual in ulps of the output format)."""
+    same = total = 0
+    worst = 0.0
+    for q, k, v, out, *_ in calls:
+        with single_thread():
+            mine = cand.run(q, k, v)
+        eq = bits(mine) == bits(out)
+        same += int(eq.sum())
+        total += eq.size
+        if not eq.all():
+            a, b = mine.double().reshape(-1), out.double().reshape(-1)
+            r = ((a - b).abs() / ulp(b, format_of_dtype(out.dtype)))[~torch.from_numpy(eq)]
+            worst = max(worst, float(r.max()) if torch.isfinite(r).all() else float("inf"))
+    return (same / total if total else 0.0), worst
+
+
+def same_survival(cand: Candidate, records) -> bool:
+    """Whether ``cand`` lets the same e survive as the target did in every swamping probe whose +M and
+    -M share a split: a structural check that hardly depends on the policy (the probe values are exact
+    in every format) and not on the merge (which only sees probes across splits)."""
+    from attnum.audit.fingerprint.structure import cross_split
+
+    for q, k, v, out, cols in records:
+        n = len(cols.plus)
+        mask = ~cross_split(cols, cand.bounds[k.shape[-2]])
+        if not np.array_equal(survival(cand.run(q, k, v), n)[mask], survival(out, n)[mask]):
+            return False
+    return True
+
+
+def structural(structures, base: Policy, records) -> list:
+    """The structures that predict every known survival (:func:`structure.explains`) and whose replay
+    under the ``base`` policy shows the target's survivals within each split."""
+    from attnum.audit.fingerprint.structure import explains
+
+    keep = []
+    with single_thread():
+        for bounds, block_k, order in structures:
+            if explains(records, bounds, block_k, order) and \
+                    same_survival(Candidate(bounds, block_k, order, "lse", base), records):
+                keep.append((bounds, block_k, order))
+    return keep
+
+
+def fit(structures, merges, policies, fit_calls, probe_calls) -> list[Candidate]:
+    """Every (structure, merge, policy) reproducing the fitting calls, then the probe calls; the first
+    structure with any wins. Merges are tried in turn; once one fits, the others are tried with the
+    policies that fitted (policies and merge methods act on different steps)."""
+    with single_thread():
+        for bounds, block_k, order in structures:
+            split = any(len(b) > 1 for b in bounds.values())
+            found: list[Candidate] = []
+            for m in (merges if split else (None,)):
+                pols = policies if not found else list({id(c.policy): c.policy for c in found}.values())
+                found += [c for p in pols if agrees(c := Candidate(bounds, block_k, order, m, p), fit_calls)
+                          and agrees(c, probe_calls)]
+            if found:
+                return found
+    return []
+
+
+def closeness(bounds: dict, block_k: int, order: str, policies, calls) -> float:
+    """The best fraction of bit-identical output elements over ``policies`` (merge ``lse``) on ``calls``:
+    how near a structure comes before its policy is fitted."""
+    best = 0.0
+    for p in policies:
+        best = max(best, exact_fraction(Candidate(bounds, block_k, order, "lse", p), calls)[0])
+    return best
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Replays on one intra-op thread: the emulation's bits do not depend on the thread count, and on a
+    busy machine one thread runs these small GEMMs 10x faster than a team that waits for its cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def site_table(cands: list[Candidate]) -> dict[str, dict]:
+    """site -> {format, determined, alternatives} over the exact candidates (their first as the answer)."""
+    first = cands[0].policy
+    table = {}
+    for site in OBSERVED_SITES:
+        names = sorted({getattr(c.policy, site).name for c in cands})
+        table[site] = {"format": getattr(first, site).name, "rounding": "nearest-even",
+                       "determined": len(names) == 1, "alternatives": names}
+    for knob in ("normalize", "exp2"):
+        vals = sorted({str(getattr(c.policy, knob)) for c in cands})
+        table[knob] = {"format": str(getattr(first, knob)), "determined": len(vals) == 1, "alternatives": vals}
+    return table
+
+
+def policy_spec(p: Policy) -> str:
+    """A policy string that parses back to ``p``'s arithmetic."""
+    base = p.name.split(",")[0]
+    ref = parse_policy(base) if base else None
+    over = []
+    for site in OBSERVED_SITES + ("inputs",):
+        if ref is None or getattr(ref, site) != getattr(p, site):
+            over.append(f"{site}={getattr(p, site).name}")
+    for knob in ("normalize", "exp2"):
+        if ref is None or getattr(ref, knob) != getattr(p, knob):
+            over.append(f"{knob}={getattr(p, knob)}")
+    return ",".join([base or "fp32", *over])
+

@@ -1,0 +1,152 @@
+"""``attnum fingerprint TARGET``: which arithmetic a black-box attention kernel implements.
+
+Exit status: 0 a fingerprint was taken (whether or not a candidate explains it: the output says), 1 the
+target crashed, hung or exited, 2 usage error, 3 the target is unavailable here. The target runs in a
+kernel server (attnum.sandbox.server), as for ``attnum audit``, unless --no-isolate.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+EXIT_UNAVAILABLE = 3
+HELP = ("Recover a black-box attention kernel's arithmetic from its outputs: the KV tile it sums in, its "
+        "split-KV cut and merge, the format of each rounding site, and a policy that reproduces it bit for "
+        "bit (docs/fingerprint.md). TARGET is anything `attnum audit` takes.")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fingerprint", help=HELP)
+    def fingerprint_cmd(
+        target: str = typer.Argument(..., help="a name `attnum audit` takes: a built-in (torch-sdpa-math, "
+                                               "flash:POLICY, ...), package.module:function or "
+                                               "path/file.py:function"),
+        dtype: str = typer.Option("bf16", "--dtype", help="input dtype: fp16, bf16 or fp32"),
+        lengths: str = typer.Option("512,1200", "--lengths", help="comma-separated key lengths S to probe"),
+        heads: int = typer.Option(16, "--heads", help="heads per call (B = 1, N = 1 query)"),
+        head_dim: int = typer.Option(64, "--head-dim", help="head dim d (= dv)"),
+        seed: int = typer.Option(0, "--seed", help="seed of the fitting inputs"),
+        timeout: float = typer.Option(300.0, "--timeout", help="seconds a target may take for one call"),
+        numerics: str = typer.Option("faithful", "--numerics", help="arithmetic of interpreted Triton kernels "
+                                                                     "(as for attnum audit)"),
+        no_isolate: bool = typer.Option(False, "--no-isolate", help="run the target in this process"),
+        matmul: str | None = typer.Option(None, "--matmul", help="the kernel's matrix unit to name: "
+                                                                  "module:function or file.py:function taking "
+                                                                  "(a, b, c) and returning a @ b + c in float32 "
+                                                                  "(run in this process), or mma:ARCH (attnum's "
+                                                                  "model of ARCH, a self-check)"),
+        as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
+    ) -> None:
+        """Fingerprint an attention kernel (the help text is HELP above)."""
+
+        from attnum.audit.fingerprint import fingerprint
+        from attnum.audit.fingerprint.probes import torch_dtype
+        from attnum.console.progress import Activity
+        from attnum.errors import bad_value
+
+        torch_dtype(dtype)
+        try:
+            lens = tuple(int(x) for x in lengths.split(",") if x.strip())
+        except ValueError:
+            raise bad_value("--lengths", lengths, "comma-separated integers, e.g. 512,1200") from None
+        if not lens or min(lens) < 8:
+            raise bad_value("--lengths", lengths, "key lengths of at least 8")
+        for name, value in (("--heads", heads), ("--head-dim", head_dim)):
+            if value < 1:
+                raise bad_value(name, value, "a positive integer")
+        tty = sys.stderr.isatty()
+        with Activity(f"fingerprint {target}") as act:
+            def progress(msg: str) -> None:
+                act.update(label=msg)
+                if tty:
+                    print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
+
+            kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
+                      matmul=_matmul(matmul) if matmul else None)
+            if no_isolate:
+                fn = _resolve(target, numerics)
+                doc = fingerprint(fn, **kw)
+                doc["isolated"] = False
+            else:
+                doc = _isolated(target, numerics, timeout, kw)
+        _print(doc, as_json)
+
+
+def _matmul(spec: str):
+    """``mma:ARCH`` or a user's ``module:function`` / ``file.py:function`` (imported here)."""
+    from pathlib import Path
+
+    from attnum.errors import bad_value
+    from attnum.kernels.user import _import_module, import_file
+
+    if spec.startswith("mma:"):
+        from attnum.numerics import mma
+        from attnum.numerics.mma_arch import get_arch
+
+        arch = get_arch(spec[4:]).name
+        return lambda a, b, c: mma.matmul(a, b, c, arch=arch)
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise bad_value("--matmul", spec, "mma:ARCH, module:function or file.py:function")
+    is_file = where.endswith(".py") or "/" in where
+    fn = import_file(Path(where), spec) if is_file else _import_module(where, spec)
+    for part in attr.split("."):
+        if not hasattr(fn, part):
+            raise bad_value("--matmul", spec, f"an attribute of {where!r} (it has no {attr!r})")
+        fn = getattr(fn, part)
+    return fn
+
+
+def _resolve(target: str, numerics: str):
+    from attnum.kernels.registry import resolve
+
+    t = resolve(target, "cpu", param="target", numerics=numerics)
+    if not t.available:
+        print(f"attnum fingerprint: {target} is unavailable here: {t.reason}", file=sys.stderr)
+        raise typer.Exit(EXIT_UNAVAILABLE)
+    return t.fn
+
+
+def _isolated(target: str, numerics: str, timeout: float, kw: dict) -> dict:
+    """The fingerprint with the target in a kernel server: a crash, hang or exit of the target ends the
+    fingerprint with exit 1 and one line, never this process."""
+    import torch
+
+    from attnum.audit.fingerprint import fingerprint
+    from attnum.kernels import user
+    from attnum.sandbox.remote import RemoteTarget
+    from attnum.sandbox.server import KernelServer, TargetGone
+
+    if not user.is_user_spec(target.strip()):
+        _resolve(target, numerics)  # attnum's own names: unknown or unavailable needs no child
+    server = KernelServer("attention", target, device="cpu", timeout=timeout, threads=torch.get_num_threads(),
+                          numerics=numerics)
+    try:
+        try:
+            info = server.start()
+            if info.get("available") is not True:
+                print(f"attnum fingerprint: {target} is unavailable here: {info.get('reason', '')}", file=sys.stderr)
+                raise typer.Exit(EXIT_UNAVAILABLE)
+            doc = fingerprint(RemoteTarget(server), **kw)
+        except TargetGone as gone:
+            print(f"attnum fingerprint: the target {gone.status}: {gone.what}", file=sys.stderr)
+            raise typer.Exit(1) from None
+    finally:
+        server.close()
+    doc["isolated"] = True
+    return doc
+
+
+def _print(doc: dict, as_json: bool) -> None:
+    if as_json:
+        from attnum.store.jsonout import dumps
+
+        print(dumps(doc, indent=2))
+        return
+    from attnum.audit.fingerprint.report import rows
+    from attnum.console.tables import print_table
+
+    where = "kernel server" if doc.get("isolated") else "in process"
+    print_table(("finding", "value"), rows(doc), title=f"attnum fingerprint (target run in {where})")

@@ -1,0 +1,186 @@
+"""attnum fingerprint recovers hidden configurations of attnum's own flash and decode kernels.
+
+Each configuration is drawn at random (seed ``ATTNUM_FINGERPRINT_SEED``, default fixed so a failure
+reproduces) and hidden from the fingerprinter, which sees only an SDPA-signature callable. The test
+holds the recovered tile, splits and merge to the hidden ones, every site the fingerprint calls
+determined to the hidden policy's format (an undetermined site must list it), and the reproduction to
+bit-identity on fresh inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnum.attention.decode import decode_attention
+from attnum.attention.flash import flash_attention
+from attnum.attention.split_rules import plan_splits
+from attnum.audit.fingerprint import fingerprint
+from attnum.cli import build_app
+from attnum.numerics.policy import parse_policy
+
+SEED = int(os.environ.get("ATTNUM_FINGERPRINT_SEED", "20261203"))
+LENGTHS = (200, 500)
+HEADS, D = 8, 16
+BLOCKS = (16, 24, 32, 40, 48, 64, 80, 96, 112, 128)
+LOWER = ("scores", "exp", "row_sum", "rescale", "acc")
+RULES = ("flashinfer:128", "flashinfer:192", "sglang-fixed:128", "sglang-fixed:160")
+
+
+def _policy(rng: random.Random, dtype: str) -> str:
+    base = {"bf16": "fa2:bf16", "fp16": "fa2:fp16", "fp32": "fp32"}[dtype]
+    if rng.random() < 0.25:
+        return base
+    return f"{base},{rng.choice(LOWER)}={'bf16' if dtype != 'bf16' or rng.random() < 0.5 else 'fp16'}"
+
+
+def hidden_configs(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        dtype = rng.choice(("bf16", "bf16", "fp16", "fp32"))
+        cfg = {"dtype": dtype, "policy": _policy(rng, dtype)}
+        kind = ("flash", "decode", "decode", "rule")[i % 4]
+        if kind == "flash":
+            cfg.update(kind="flash", block_k=rng.choice(BLOCKS))
+        elif kind == "decode":
+            cfg.update(kind="decode", block_k=rng.choice(BLOCKS), num_splits=rng.choice((1, 2, 3, 4, 5)))
+        else:
+            cfg.update(kind="rule", split_rule=rng.choice(RULES))
+        out.append(cfg)
+    return out
+
+
+def target_of(cfg: dict):
+    def fn(q, k, v, attn_mask=None, is_causal=False, scale=None):
+        if cfg["kind"] == "flash":
+            return flash_attention(q, k, v, policy=cfg["policy"], block_k=cfg["block_k"]).to(q.dtype)
+        if cfg["kind"] == "decode":
+            return decode_attention(q, k, v, is_causal=False, policy=cfg["policy"], block_k=cfg["block_k"],
+                                    num_splits=cfg["num_splits"]).to(q.dtype)
+        return decode_attention(q, k, v, is_causal=False, policy=cfg["policy"],
+                                split_rule=cfg["split_rule"]).to(q.dtype)
+    return fn
+
+
+def expected(cfg: dict) -> tuple[int, dict, str | None]:
+    """(Bc, {S: live splits}, merge method or None) of a hidden configuration, from its own rule."""
+    if cfg["kind"] == "flash":
+        return cfg["block_k"], {str(S): 1 for S in LENGTHS}, None
+    if cfg["kind"] == "decode":
+        splits = {}
+        for S in LENGTHS:
+            span = math.ceil(math.ceil(S / cfg["block_k"]) / cfg["num_splits"]) * cfg["block_k"]
+            splits[str(S)] = math.ceil(S / span)
+        return cfg["block_k"], splits, "lse"
+    plans = {S: plan_splits(cfg["split_rule"], lens=[S], heads=HEADS, kv_heads=HEADS, head_dim=D) for S in LENGTHS}
+    splits = {str(S): sum(1 for j0, j1 in p.bounds[0] if j1 > j0) for S, p in plans.items()}
+    return plans[LENGTHS[0]].block_k, splits, plans[LENGTHS[0]].merge_method
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # the shared CI machine: one thread runs these small GEMMs fastest
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("cfg", hidden_configs(20, SEED), ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_hidden_configuration_recovered(cfg):
+    doc = fingerprint(target_of(cfg), dtype=cfg["dtype"], lengths=LENGTHS, heads=HEADS, d=D, seed=7)
+    block_k, splits, merge = expected(cfg)
+    assert doc["kv_block"] == block_k, doc
+    assert doc["splits"] == splits, doc
+    if any(n > 1 for n in splits.values()):
+        assert doc["merge"] == merge or merge in doc["merge"].get("undetermined", ()), doc["merge"]
+    assert doc["bit_exact_fraction"] == 1.0 and doc["residual_ulp"] == 0.0
+    assert doc["calls"] > 0 and doc["seconds"] > 0
+    hidden = parse_policy(cfg["policy"])
+    for site, row in doc["sites"].items():
+        want = getattr(hidden, site)
+        want = want.name if hasattr(want, "name") else str(want)
+        assert want in row["alternatives"], (site, row)
+        if row["determined"]:
+            assert row["format"] == want, (site, row)
+    # the reported policy string reproduces the hidden arithmetic on the sites it determines
+    assert parse_policy(doc["policy"]).describe() is not None
+
+
+def test_unexplained_target_is_reported_as_such():
+    """A kernel outside the search (float64 softmax, then one ulp added to every output) is "no
+    candidate explains it", never a guessed match."""
+    def odd(q, k, v, attn_mask=None, is_causal=False, scale=None):
+        from attnum.attention.golden import golden_attention
+
+        out = golden_attention(q.double(), k.double(), v.double()).to(q.dtype)
+        return torch.nextafter(out, torch.full_like(out, float("inf")))
+
+    doc = fingerprint(odd, dtype="bf16", lengths=(64, 160), heads=4, d=16)
+    assert doc["kv_block"] is None and doc["policy"] is None
+    assert doc["unexplained"].startswith("no candidate explains it")
+
+
+def test_cli_json():
+    runner = CliRunner()
+    res = runner.invoke(build_app(), ["fingerprint", "flash:fa2:bf16", "--lengths", "200,300", "--heads", "8",
+                                      "--head-dim", "16", "--no-isolate", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    for field in ("kv_block", "splits", "merge", "sites", "mma", "policy", "bit_exact_fraction", "residual_ulp",
+                  "calls", "seconds"):
+        assert field in doc
+    assert doc["kv_block"] == 128 and doc["bit_exact_fraction"] == 1.0
+
+
+def test_cli_bad_input_is_one_line_exit_2(capsys):
+    from attnum.cli import main
+
+    assert main(["fingerprint", "flash:fa2:bf16", "--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert "--dtype" in err and "fp8" in err and "Traceback" not in err
+
+
+def _mmasim_matmul(arch: str, dtype: torch.dtype):
+    """mmasim's instruction for ``arch`` as a matmul callable (a (M, K) @ b (K, N) + c, K chained through C
+    instruction by instruction): an oracle independent of attnum's model."""
+    from test_mma import oracle
+
+    from attnum.numerics.mma_arch import ARCHS
+
+    op = oracle(arch, dtype, dtype, "fp32")
+    k = ARCHS[arch].instruction({torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]).k
+    if arch == "sm70":
+        k = 4
+
+    def fn(a, b, c):
+        acc = c.float()
+        for s in range(0, a.shape[-1], k):
+            acc = op(a[:, s:s + k], b[s:s + k], acc)
+        return acc
+    return fn
+
+
+@pytest.mark.parametrize("arch,dtype", [("sm70", "fp16"), ("sm80", "bf16"), ("sm90", "fp16"), ("cdna3", "bf16")])
+def test_identify_mma_names_mmasim_instructions(arch, dtype):
+    """Given only mmasim's instruction as a matmul callable, the fingerprint names its architecture (or
+    the class of architectures whose models agree on every crafted tile, which then holds it)."""
+    pytest.importorskip("mmasim", reason="mmasim (the MMA-Sim oracle, test extra) is not installed")
+    from attnum.audit.fingerprint.mma_id import identify_mma
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    res = identify_mma(_mmasim_matmul(arch, dt), dtype=dtype, tiles=12)
+    assert arch in res["matching"], res
+    assert res["identified"] in res["classes"], res  # exactly one class, never a union guessed across classes
+
+
+def test_identify_mma_refuses_exact_arithmetic():
+    from attnum.audit.fingerprint.mma_id import identify_mma
+
+    res = identify_mma(lambda a, b, c: (a.double() @ b.double() + c.double()).float(), dtype="fp16", tiles=6)
+    assert res["identified"] == "not identified" and res["matching"] == []
