@@ -59,11 +59,18 @@ if jit.numba is not None:
         return -v if acc < 0 else v
 
     @njit(inline="always", cache=True, error_model="numpy")
+    def _pow2n(q):
+        """2**q for q clamped to float64's normal exponents, branch-free (it vectorizes). The kernels' scales
+        2**(F - e_max) and 2**(e_max - F) lie there for every finite group; an inf or NaN term (e_max past
+        1023) only needs a scale that keeps it inf or NaN and the finite terms below one unit."""
+        return _from_bits(np.int64(min(max(q, -1022), 1023) + 1023) << 52)
+
+    @njit(inline="always", cache=True, error_model="numpy")
     def _rz_out(acc, x0, mbits, emin, overflow):
         """:func:`_round_out` toward zero, straight-line (it vectorizes): acc (a float64 integer below
         2**37) times 2**x0 is exact in float64, then its significand is cut to mbits fraction bits (a
         mask of the IEEE bits) or, below 2**emin, to the quantum 2**(emin - mbits). Zero is +0."""
-        v = acc * _pow2(x0)
+        v = acc * _pow2n(x0)
         cut = _from_bits(_bits(v) & ~((np.int64(1) << (52 - mbits)) - 1))
         q = _pow2(emin - mbits)
         r = cut if abs(v) >= _pow2(emin) else np.trunc(v / q) * q
@@ -105,7 +112,7 @@ if jit.numba is not None:
                         for j in range(N):
                             emax[j] = max(emax[j], ek + erow[j])
                     for j in range(N):
-                        scale[j] = _pow2(F - emax[j])
+                        scale[j] = _pow2n(F - emax[j])
                         acc[j] = np.trunc(r[j] * scale[j])
                     for k in range(k0, k0 + L):
                         ak, brow = av[ib, i, k], bv[ib, k]
