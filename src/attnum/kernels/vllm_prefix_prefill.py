@@ -102,9 +102,14 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     lens = lay.lengths(cache_seqlens)
     if block_table is None:
         k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
-    buf = _tokens(out) if out is not None else torch.empty(B * N, H, d, dtype=q.dtype, device=q.device)
+    # the kernel writes token-major rows; a caller's (B, H, N, d) ``out`` is filled from them (its token view
+    # is a copy, so writing there alone would leave ``out`` unwritten: the audit's poison check saw it)
+    buf = torch.empty(B * N, H, d, dtype=q.dtype, device=q.device)
     _run(_tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
-    return _untokens(buf, B, N)
+    if out is None:
+        return _untokens(buf, B, N)
+    out.copy_(_untokens(buf, B, N))
+    return out
 
 
 PREFIX_PREFILL = ServingTarget("vllm-prefix-prefill", sdpa=sdpa, decode=decode, lse_base="e",

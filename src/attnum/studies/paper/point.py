@@ -91,6 +91,8 @@ class Point(CompareConfig):
         out = {"kind": self.kind, **self.to_dict()}
         if self.kind == "kernels":
             out["policy"] = None
+        if out.get("mma") is None:  # the newest field: unset, it is not written (stores before it read as they are)
+            out.pop("mma", None)
         return out
 
     def identity(self) -> dict[str, Any]:
