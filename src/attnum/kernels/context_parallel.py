@@ -7,8 +7,6 @@ process group; each adapter module gives ``NAME``, ``PACKAGE``, ``DEVICES``, ``L
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from attnum.errors import AttnumInputError
@@ -18,10 +16,9 @@ CP_KERNELS = {mod.NAME: mod for mod in (ring_flash_attn, torch_cp)}
 
 
 def _installed(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(package) is not None
-    except ModuleNotFoundError:
-        return False
+    from attnum.kernels.wheel_stand_ins import importable
+
+    return importable(package)  # a fetched kernel's stand-in module is not an installed package
 
 
 def cp_status(name: str) -> tuple[bool, str]:

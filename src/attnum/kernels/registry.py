@@ -19,7 +19,6 @@ known names (the CLI exits 2).
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -215,10 +214,9 @@ def get_kernel(name: str) -> Kernel:
 
 
 def _installed(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(package) is not None
-    except ModuleNotFoundError:  # a parent package is missing
-        return False
+    from attnum.kernels.wheel_stand_ins import importable
+
+    return importable(package)  # a fetched kernel's stand-in module is not an installed package
 
 
 # The optional packages that a pyproject extra installs (pallas-*: jax; triton-interpret:: triton).

@@ -13,10 +13,23 @@ from enum import IntEnum
 from pathlib import Path
 
 
+def importable(name: str) -> bool:
+    """Whether ``name`` is really installed: a stand-in of ours in ``sys.modules`` is not (find_spec would
+    raise ValueError on its missing ``__spec__``, or, given one, call it installed)."""
+    top = sys.modules.get(name.split(".")[0])
+    if top is not None and getattr(top, "__attnum_stand_in__", False):
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _module(name: str, **attrs) -> types.ModuleType:
     mod = sys.modules.get(name)
     if mod is None:
         mod = types.ModuleType(name)
+        mod.__attnum_stand_in__ = True
         mod.__path__ = []  # a package, so that submodules can be registered beneath it
         sys.modules[name] = mod
     for k, v in attrs.items():

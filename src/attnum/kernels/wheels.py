@@ -30,7 +30,7 @@ from pathlib import Path
 
 from attnum.errors import AttnumEnvironmentError, bad_value
 from attnum.kernels import wheel_cache
-from attnum.kernels.wheel_stand_ins import _load_file, _stand_ins
+from attnum.kernels.wheel_stand_ins import _load_file, _stand_ins, importable
 
 WHEELS = {
     "sglang": ("0.5.3", "sglang-0.5.3-py3-none-any.whl",
@@ -105,10 +105,7 @@ def source_dir(package: str) -> Path:
 
 
 def installed(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(IMPORTS.get(_check(package), package)) is not None
-    except (ImportError, ValueError):
-        return False
+    return importable(IMPORTS.get(_check(package), package))  # our own stand-ins do not count
 
 
 def _fix(package: str) -> str:
