@@ -172,11 +172,16 @@ def test_diverge_with_a_segfaulting_attention_exits_1_in_one_line(tmp_path, caps
 def test_a_hanging_attention_with_a_setsid_grandchild_is_timed_out_and_killed_whole(tmp_path):
     from attnum.studies.training.loop import AttentionFailed
 
-    pidfile = tmp_path / "gc.pid"
-    call = (f"os.fork() == 0 and (os.setsid(), open({str(pidfile)!r}, 'w').write(str(os.getpid())), "
-            "time.sleep(600)); time.sleep(600)")
-    with pytest.raises(AttentionFailed, match="timed out: no answer within 2 s"):
-        _run(_attention(tmp_path, call), tmp_path, "hang", timeout=2.0)
+    # The grandchild writes its pid before it leaves the session and a marker after; the attention waits for
+    # the marker before it hangs, so the timeout always meets a grandchild in a session of its own (under
+    # load the kill used to land before the grandchild had run at all: nothing to test, a missing file).
+    pidfile, escaped = tmp_path / "gc.pid", tmp_path / "gc.escaped"
+    call = (f"os.fork() == 0 and (open({str(pidfile)!r}, 'w').write(str(os.getpid())), os.setsid(), "
+            f"open({str(escaped)!r}, 'w').close(), time.sleep(600)); "
+            f"[time.sleep(0.01) for _ in iter(lambda: os.path.exists({str(escaped)!r}), True)]; time.sleep(600)")
+    with pytest.raises(AttentionFailed, match="timed out: no answer within 5 s"):
+        _run(_attention(tmp_path, call), tmp_path, "hang", timeout=5.0)
+    assert escaped.exists(), "the grandchild never left its session within the timeout: the test proved nothing"
     pid = int(pidfile.read_text())
     stat = Path(f"/proc/{pid}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
