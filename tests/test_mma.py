@@ -217,6 +217,25 @@ def test_reference_equals_compiled(arch, da, db, out):
     assert _mismatch(got, mma.matmul_reference(a, b, c, arch=arch, out_format=out)) == 0
 
 
+@pytest.mark.parametrize("arch,dtype", [("sm90", torch.bfloat16), ("sm89", torch.float8_e4m3fn),
+                                        ("cdna3", torch.float16)])
+@pytest.mark.parametrize("batch", [(3,), ()])
+def test_threads_do_not_change_the_bits(arch, dtype, batch, monkeypatch):
+    """The compiled path splits batches (or, for one batch, row blocks) over the caller's threads: the bits are
+    those of one thread, specials included (a small work threshold so that small inputs split)."""
+    monkeypatch.setattr(mma, "_PRODUCTS_PER_THREAD", 64)
+    gen = torch.Generator().manual_seed(13)
+    k = ARCHS[arch].instruction(mma._KIND_OF_DTYPE[dtype]).k
+    M, N, K = 37, 24, 4 * k
+    a = _bits(dtype, math.prod(batch) * M * K, gen).view(*batch, M, K).to(dtype)
+    b = _scaled(dtype, K * N, gen, -4, 4).view(K, N).to(dtype)
+    c = torch.randn(*batch, M, N, generator=gen).float()
+    one = mma._matmul_compiled(a, b, c, arch, "fp32", 1)
+    for threads in (2, 5):
+        assert _mismatch(mma._matmul_compiled(a, b, c, arch, "fp32", threads), one) == 0
+    assert _mismatch(one, mma.matmul_reference(a, b, c, arch=arch)) == 0
+
+
 @pytest.mark.parametrize("arch,dtype", [("sm90", torch.bfloat16), ("sm80", torch.float16),
                                         ("sm89", torch.float8_e4m3fn), ("cdna3", torch.float32),
                                         ("sm100", torch.float8_e5m2), ("cdna3", torch.float8_e4m3fnuz)])

@@ -38,7 +38,6 @@ runs the compiled kernels of :mod:`attnum.numerics.mma_kernels` (or the referenc
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -48,6 +47,7 @@ from attnum.numerics import jit
 from attnum.numerics.formats import FloatFormat, get_format
 from attnum.numerics.mma_arch import OUT_FORMATS, Arch, Instruction, get_arch
 from attnum.numerics.rounding import round_to
+from attnum.numerics.threads import one_thread
 
 _KIND_OF_DTYPE = {torch.float32: "tf32", torch.float16: "fp16", torch.bfloat16: "bf16",
                   torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8",
@@ -71,14 +71,13 @@ def _binade(x: torch.Tensor, emin: int) -> torch.Tensor:
     return torch.clamp(e.to(torch.int64) - 1, min=emin)
 
 
-def _operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """An operand's exact values (float64) and exponents (int64). float32 is read as TF32: the low 13
-    mantissa bits are dropped (toward zero), as the tensor core reads an fp32 register."""
+def _values(x: torch.Tensor) -> torch.Tensor:
+    """An operand's exact values (float64). float32 is read as TF32: the low 13 mantissa bits are dropped
+    (toward zero), as the tensor core reads an fp32 register."""
     x = x.detach()
     if x.dtype == torch.float32:
         x = (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
-    v = x.to(torch.float64)
-    return v, _binade(v, _EMIN[x.dtype])
+    return x.to(torch.float64)
 
 
 def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -98,8 +97,8 @@ def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 def _prepare(a, b, c, arch, out_format):
-    """Validate; return (instruction, batch shape, av, ea (B, M, K), bv, eb (B, K, N), c64 (B, M, N)): operand
-    values (float64) and exponents (int64), the batch dimensions broadcast and flattened into B."""
+    """Validate; return (instruction, batch shape, av (B, M, K), bv (B, K, N), c64 (B, M, N)): the operands'
+    values (float64), the batch dimensions broadcast and flattened into B, K padded to whole instructions."""
     kind = _kind(a, b)
     ar: Arch = get_arch(arch)
     inst: Instruction = ar.instruction(kind)
@@ -129,28 +128,13 @@ def _prepare(a, b, c, arch, out_format):
         # c is held in the output format: a c of another dtype is rounded to it once (nearest even)
         c64 = cb.to(torch.float64) if c.dtype == dtype else round_to(cb.to(torch.float64), out_format)
     pad = (-K) % inst.k  # a partial last instruction reads zeros, as a kernel's padded tile
-    av, ea = _operand(a)
-    bv, eb = _operand(b)
+    av, bv = _values(a), _values(b)
     if pad:
-        av, ea = (torch.nn.functional.pad(x, (0, pad)) for x in (av, ea))
-        bv, eb = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (bv, eb))
+        av, bv = torch.nn.functional.pad(av, (0, pad)), torch.nn.functional.pad(bv, (0, 0, 0, pad))
     shape_a, shape_b = (*batch, M, K + pad), (*batch, K + pad, N)
     nb = math.prod(batch)
-    flat = [x.broadcast_to(s).reshape(nb, *s[-2:]).contiguous() for x, s in
-            ((av, shape_a), (ea, shape_a), (bv, shape_b), (eb, shape_b))]
+    flat = [x.broadcast_to(s).reshape(nb, *s[-2:]).contiguous() for x, s in ((av, shape_a), (bv, shape_b))]
     return inst, batch, *flat, c64.reshape(nb, M, N).contiguous()
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """torch at one intra-op thread: the element-wise passes here are small, and on a loaded machine an
-    OpenMP team waiting for its cores costs more than the pass itself."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _finish(r: torch.Tensor, batch, out_format: str) -> torch.Tensor:
@@ -171,31 +155,62 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, a
     what it has."""
     if not jit.enabled():
         return matmul_reference(a, b, c, arch=arch, out_format=out_format)
-    with _one_thread():
-        return _matmul_compiled(a, b, c, arch, out_format)
+    threads = torch.get_num_threads()
+    with one_thread():
+        return _matmul_compiled(a, b, c, arch, out_format, threads)
 
 
-def _matmul_compiled(a, b, c, arch, out_format):
+_PRODUCTS_PER_THREAD = 1 << 20  # products a thread is given at least: below, a thread costs more than it saves
+
+
+def _matmul_compiled(a, b, c, arch, out_format, threads: int = 1):
+    """The compiled kernels, on up to ``threads`` threads (the caller's intra-op threads, as torch's own
+    matmul would use): disjoint batches (or, for one batch, disjoint row blocks) per thread; every output
+    element is one thread's chain, so the bits do not depend on the thread count."""
     from attnum.numerics import mma_kernels as mk
 
-    inst, batch, av, ea, bv, eb, c64 = _prepare(a, b, c, arch, out_format)
-    ea, eb = (torch.where(v == 0, mk.ZERO_EXP, e).to(torch.int32) for v, e in ((av, ea), (bv, eb)))
+    inst, batch, av, bv, c64 = _prepare(a, b, c, arch, out_format)
+    ea, eb = torch.empty(av.shape, dtype=torch.int32), torch.empty(bv.shape, dtype=torch.int32)
+    mk.exponents(av.numpy().reshape(-1), _EMIN[a.dtype], ea.numpy().reshape(-1))
+    mk.exponents(bv.numpy().reshape(-1), _EMIN[b.dtype], eb.numpy().reshape(-1))
     out = torch.empty_like(c64)
-    args = [x.numpy() for x in (av, ea, bv, eb, c64, out)]
     if inst.adder != "t":
-        mk.cdna3_mma(*args, inst.L, inst.F, 31, inst.adder == "gtr")
+        kernel, consts = mk.cdna3_mma, (inst.L, inst.F, 31, inst.adder == "gtr")
     else:
         _, emin, emax = _OUT[out_format]
         mbits = 10 if out_format == "fp16" else inst.fp32_mbits
         e_zero = inst.e_zero16 if out_format == "fp16" else inst.e_zero32
-        mk.nv_mma(*args, inst.L, inst.F, e_zero, emin, mbits, emin, out_format == "fp16", 2.0 ** (emax + 1))
+        kernel = mk.nv_mma
+        consts = (inst.L, inst.F, e_zero, emin, mbits, emin, out_format == "fp16", 2.0 ** (emax + 1))
+    nb, M, K = av.shape
+    parts = max(1, min(threads, av.numel() * bv.shape[-1] // _PRODUCTS_PER_THREAD, nb if nb > 1 else M))
+    arrays = [x.numpy() for x in (av, ea, bv, eb, c64, out)]
+    if parts == 1:
+        kernel(*arrays, *consts)
+        return _finish(out, batch, out_format)
+    axis_len = nb if nb > 1 else M
+    cuts = [axis_len * t // parts for t in range(parts + 1)]
+
+    def run(t: int) -> None:
+        sl = slice(cuts[t], cuts[t + 1])
+        if nb > 1:  # whole batches: every slice stays C-contiguous
+            kernel(*(x[sl] for x in arrays), *consts)
+        else:  # one batch, row blocks: a's, c's and out's rows; all of b
+            x_a, x_ea, x_b, x_eb, x_c, x_out = arrays
+            kernel(x_a[:, sl], x_ea[:, sl], x_b, x_eb, x_c[:, sl], x_out[:, sl], *consts)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(parts) as pool:  # the kernels release the GIL (nogil)
+        list(pool.map(run, range(parts)))
     return _finish(out, batch, out_format)
 
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, arch: str,
                      out_format: str = "fp32") -> torch.Tensor:
     """:func:`matmul`, plainly: torch, one group of L products at a time over all (batch, M, N) at once."""
-    inst, batch, av, ea, bv, eb, r = _prepare(a, b, c, arch, out_format)
+    inst, batch, av, bv, r = _prepare(a, b, c, arch, out_format)
+    ea, eb = _binade(av, _EMIN[a.dtype]), _binade(bv, _EMIN[b.dtype])
     bv, eb = bv.transpose(1, 2), eb.transpose(1, 2)  # (B, N, K)
     for k0 in range(0, av.shape[-1], inst.L):
         g = slice(k0, k0 + inst.L)

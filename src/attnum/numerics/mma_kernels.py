@@ -78,6 +78,20 @@ if jit.numba is not None:
         return np.copysign(np.inf, r) if abs(r) >= overflow else r
 
     @njit(cache=True, nogil=True, error_model="numpy")
+    def exponents(v, emin, out):
+        """Each operand's exponent as the adder sees it (flat float64 ``v`` -> int32 ``out``): its binade
+        floored at ``emin``, ZERO_EXP for a zero, and for an inf or NaN max(-1, emin) (frexp's exponent, as
+        the reference reads it; a non-finite product's exponent never changes a result)."""
+        for n in range(v.size):
+            x = v[n]
+            if x == 0.0:
+                out[n] = ZERO_EXP
+            elif _finite(x):
+                out[n] = max(_binade(abs(x)), emin)
+            else:
+                out[n] = max(-1, emin)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
     def nv_mma(av, ea, bv, eb, c, out, L, F, e_zero, c_emin, mbits, emin, rne, overflow):
         """NVIDIA's truncated fused dot product (MMA-Sim's T-FDPA), chained over K in groups of L.
 

@@ -16,7 +16,6 @@ kept: a site on which they disagree is reported as undetermined, never guessed.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +27,7 @@ from attnum.audit.fingerprint.probes import bits, survival
 from attnum.numerics.formats import format_of_dtype, get_format
 from attnum.numerics.metrics import ulp
 from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.threads import one_thread
 
 OBSERVED_SITES = ("scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
 LOWERED = ("bf16", "fp16", "fp32")
@@ -91,7 +91,7 @@ def exact_fraction(cand: Candidate, calls) -> tuple[float, float]:
     same = total = 0
     worst = 0.0
     for q, k, v, out, *_ in calls:
-        with single_thread():
+        with one_thread():  # the emulation's bits do not depend on the thread count
             mine = cand.run(q, k, v)
         eq = bits(mine) == bits(out)
         same += int(eq.sum())
@@ -123,7 +123,7 @@ def structural(structures, base: Policy, records) -> list:
     from attnum.audit.fingerprint.structure import explains
 
     keep = []
-    with single_thread():
+    with one_thread():  # the emulation's bits do not depend on the thread count
         for bounds, block_k, order in structures:
             if explains(records, bounds, block_k, order) and \
                     same_survival(Candidate(bounds, block_k, order, "lse", base), records):
@@ -135,7 +135,7 @@ def fit(structures, merges, policies, fit_calls, probe_calls) -> list[Candidate]
     """Every (structure, merge, policy) reproducing the fitting calls, then the probe calls; the first
     structure with any wins. Merges are tried in turn; once one fits, the others are tried with the
     policies that fitted (policies and merge methods act on different steps)."""
-    with single_thread():
+    with one_thread():  # the emulation's bits do not depend on the thread count
         for bounds, block_k, order in structures:
             split = any(len(b) > 1 for b in bounds.values())
             found: list[Candidate] = []
@@ -155,18 +155,6 @@ def closeness(bounds: dict, block_k: int, order: str, policies, calls) -> float:
     for p in policies:
         best = max(best, exact_fraction(Candidate(bounds, block_k, order, "lse", p), calls)[0])
     return best
-
-
-@contextlib.contextmanager
-def single_thread():
-    """Replays on one intra-op thread: the emulation's bits do not depend on the thread count, and on a
-    busy machine one thread runs these small GEMMs 10x faster than a team that waits for its cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def site_table(cands: list[Candidate]) -> dict[str, dict]:
