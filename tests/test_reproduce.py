@@ -81,6 +81,14 @@ def test_smoke_reproduction_writes_store_figures_and_report(tmp_path_factory):
     for name in ("budget-uniform-fa2-N128-Bc4-s0", "budget-fa2-fa2-N128-Bc4-s0"):
         assert (out / "figures" / f"{name}.png").is_file()
     assert "torch-sdpa-math" in page and "unavailable" in page  # real kernels listed, CUDA ones unavailable
+    # The headline's cells under the tensor-core models: every grid-mma config, with its exact twin.
+    from attnum.studies.paper.mma_cells import mma_cells
+
+    tc = {(p.policy, p.variant, p.seq_len, p.block_k) for g in paper_spec("smoke").groups if g.name == "grid-mma"
+          for p in g.points}
+    cells = mma_cells(rows)
+    assert {c.coords for c in cells} == tc and all(set(c.ratio) == {"exact", "sm80", "sm90"} for c in cells)
+    assert "<h2>Tensor cores</h2>" in page and "tensor-core instructions" in page
     # Environment recorded per point: versions and commit.
     env = json.loads(sqlite3.connect(out / "attnum.sqlite").execute("SELECT env FROM environments").fetchone()[0])
     assert {"torch", "python", "git_commit"} <= set(env)

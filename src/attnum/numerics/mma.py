@@ -151,8 +151,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, a
     """(..., M, K) @ (..., K, N) + c as ``arch``'s MMA instructions compute it (see the module docstring).
 
     Returns (..., M, N) float32 (``out_format="fp32"``) or float16 (``"fp16"``, where the instruction has
-    an fp16 accumulator). An operand type or output the architecture lacks is an AttnumInputError naming
+    an fp16 accumulator), on a's device (the arithmetic itself runs on the CPU). An operand type or output the architecture lacks is an AttnumInputError naming
     what it has."""
+    on = [x.device for x in (a, b, c) if isinstance(x, torch.Tensor) and x.device.type != "cpu"]
+    if on:  # the model runs on the CPU (numba / float64 bit work); the result goes back where a was
+        cpu = [x.cpu() if isinstance(x, torch.Tensor) else x for x in (a, b, c)]
+        return matmul(*cpu, arch=arch, out_format=out_format).to(a.device if isinstance(a, torch.Tensor) else on[0])
     if not jit.enabled():
         return matmul_reference(a, b, c, arch=arch, out_format=out_format)
     threads = torch.get_num_threads()

@@ -34,7 +34,7 @@ from attnum.studies.paper.fig6 import effect_figure, fig6c_figure
 from attnum.sweep.results import Row, select, series, values
 
 PAPER_GROUPS = ("fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist",
-                "eager", "attribute")
+                "grid-mma", "eager", "attribute")
 FIGURE_CAPTIONS = {
     "fig3": "Fig. 3: flash vs baseline max |diff| against mantissa bits: named formats bf16..fp64, "
             "the e8mY sweep and the e11mY sweep.",

@@ -14,6 +14,9 @@ Beyond the figures, three groups let the findings be maps rather than points:
   other input distributions (``grid-dist``, to a smaller largest N: the quick profile's time);
 - ``eager``: flash against PyTorch eager attention in bf16 (``baseline_policy = "torch-eager"``),
   a baseline with the same low precision as real code has;
+- ``grid-mma``: a few of the grid's bf16 cells (the many-tile corner where the 10x appears, and N = 1024)
+  with both matmuls of flash and baseline run as Ampere's and Hopper's tensor-core instructions
+  (``mma`` = sm80, sm90), beside the same cells under the exact model (the report's "tensor cores" table);
 - ``attribute``: the error budget per rounding site (``kind = "attribute"``) at the fig4 point and
   in the many-tile regime, which the findings cite as the dominant site.
 
@@ -29,6 +32,7 @@ from typing import Any
 from attnum.sweep.spec import SweepSpec, spec_from_dict
 
 PROFILES = ("quick", "full", "smoke")  # the inference profiles are the serving family's
+MMA_ARCHES = ("sm80", "sm90")  # the grid-mma group's tensor-core models (attnum.numerics.mma)
 _NAMED = ["bf16", "fp16", "fp32", "fp64"]
 
 
@@ -62,6 +66,9 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "eager_n": [1024, 4096],
         "eager_bc": [16, 64],
         "attribute": [(1024, 64), (4096, 16)],
+        "mma_n": [1024, 4096],
+        "mma_bc": [16],
+        "mma_seeds": [0],
     },
     "full": {
         "head_dim": 64,
@@ -88,6 +95,9 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "eager_n": [1024, 4096, 16384],
         "eager_bc": [16, 64, 128],
         "attribute": [(1024, 64), (8192, 16), (32768, 16)],
+        "mma_n": [1024, 4096, 16384],
+        "mma_bc": [16, 64],
+        "mma_seeds": [0, 1, 2],
     },
     # Seconds, not minutes: the same groups, figures and findings at toy sizes, for tests and CI.
     "smoke": {
@@ -113,6 +123,9 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "eager_n": [64, 256],
         "eager_bc": [4],
         "attribute": [(128, 4)],
+        "mma_n": [128],
+        "mma_bc": [4],
+        "mma_seeds": [0],
     },
 }
 
@@ -154,6 +167,8 @@ def paper_spec_dict(profile: str, device: str = "cpu") -> dict[str, Any]:
             {"name": "grid-dist", "axes": grid_dist},
             {"name": "eager", "axes": {**grid, "baseline_policy": "torch-eager", "variant": "fa2",
                                        "dist": "normal", "seq_len": p["eager_n"], "block_k": p["eager_bc"]}},
+            {"name": "grid-mma", "axes": {**grid, "seq_len": p["mma_n"], "block_k": p["mma_bc"],
+                                          "seed": p["mma_seeds"], "mma": list(MMA_ARCHES)}},
             {"name": "attribute", "points": [{"kind": "attribute", "format": "bf16", "policy": policy,
                                               "variant": "fa2", "seq_len": n, "block_q": p["tile"],
                                               "block_k": bc, "seed": 0}

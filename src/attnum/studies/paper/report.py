@@ -18,6 +18,7 @@ from attnum.report.blocks import verdict as _verdict
 from attnum.studies.paper.figures import PAPER_GROUPS, captions, draw_all
 from attnum.studies.paper.findings import ClaimMap, compute_maps
 from attnum.studies.paper.headline import GLOSSARY, paper_headline, paper_in_short
+from attnum.studies.paper.mma_cells import EXACT, mma_cells, mma_sentence
 from attnum.sweep.registry import ReportContext, ReportPart
 from attnum.sweep.results import Row, metric, seed_summary
 
@@ -52,6 +53,7 @@ def report(ctx: ReportContext) -> ReportPart:
         _glance(findings),
         *(_claim_section(m, [f for f in findings if f.claim_id == m.claim_id], figures, caps, shown=lead_fig)
           for m in maps),
+        *_mma_section(ctx.rows),
     )
     appendix = ("<h2>Real kernels</h2>", _kernel_table(ctx.rows), "<h2>Results by group</h2>",
                 *(_group_table(ctx.rows, g) for g in _groups(ctx.rows)))
@@ -116,6 +118,25 @@ def _claim_section(m: ClaimMap, findings, figures: dict, caps: dict, shown: str 
         parts.append(f"<p>The {_e(name)} figure is at <a href='#headline'>the top of this page</a>.</p>"
                      if name == shown else _figure(name, figures[name][0], caps))
     return "".join(parts) + "</section>"
+
+
+def _mma_section(rows: list[Row]) -> tuple[str, ...]:
+    """The headline's cells under the tensor-core models (group grid-mma), beside the exact model."""
+    from attnum.studies.paper.findings import TEN_X_BAND
+
+    cells = mma_cells(rows)
+    if not cells:
+        return ()
+    models = list(cells[0].ratio)
+    head = ["policy", "variant", "N", "Bc", "seeds", *(f"ratio, {m}" for m in models),
+            *(f"flash max error, {m}" for m in models)]
+    body = [[*c.coords, len(c.seeds), *(c.ratio[m] for m in models), *(c.flash_err[m] for m in models)]
+            for c in cells]
+    return ("<h2>Tensor cores</h2>",
+            f"<p>The Fig. 4 number (median per-seed ratio of flash's to the baseline's max error against the fp64 "
+            f"golden) of a few grid cells with both matmuls run as each GPU's tensor-core instructions "
+            f"(<code>mma</code>; {_e(EXACT)}: the policies' own model). {_e(mma_sentence(cells, TEN_X_BAND[0]))}</p>",
+            _table(head, body))
 
 
 def _map_table(m: ClaimMap) -> str:
