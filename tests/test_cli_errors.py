@@ -109,3 +109,19 @@ def test_compare_flags_map_one_to_one_onto_compare_config():
     for p in command.params:
         if p.name in fields:
             assert f"--{p.name.replace('_', '-')}" in p.opts, p.opts
+
+
+@pytest.mark.parametrize("argv,usage", [([], "Usage: attnum [OPTIONS] COMMAND"),
+                                        (["kernels"], "Usage: attnum kernels [OPTIONS] COMMAND")])
+def test_a_command_group_alone_prints_its_help_once(argv, usage):
+    """typer's rich help is printed while click builds the no-arguments error; printing the context's help
+    again showed it twice. Exit 2, as click's."""
+    import subprocess
+    import sys
+
+    from _sweep_helpers import cli_env
+
+    p = subprocess.run([sys.executable, "-m", "attnum", *argv], capture_output=True, text=True, env=cli_env(),
+                       timeout=120)
+    text = p.stdout + p.stderr
+    assert p.returncode == 2 and text.count("Usage:") == 1 and usage in " ".join(text.split()), text[:400]

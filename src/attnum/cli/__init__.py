@@ -155,8 +155,12 @@ def _main(argv: list[str] | None) -> int:
         print(f"attnum: error: code this command ran called sys.exit({ex.code!r}) before the command "
               "finished; nothing was completed", file=sys.stderr)
         return 1
-    except _click.exceptions.NoArgsIsHelpError as err:  # `attnum` alone: the help, as before
-        print(err.ctx.get_help() if err.ctx is not None else err.format_message())
+    except _click.exceptions.NoArgsIsHelpError as err:  # `attnum` (or a group) alone: the help, once
+        # The error's message is the help. Under typer's rich formatting, building it printed the help
+        # already and left the message empty: printing err.ctx.get_help() again showed it twice.
+        message = err.format_message()
+        if message.strip():
+            print(message)
         return err.exit_code
     except _click.exceptions.ClickException as err:  # usage: unknown flag, missing argument, bad type
         print(f"attnum: error: {_one_line(err.format_message())}", file=sys.stderr)
