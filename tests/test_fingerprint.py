@@ -112,6 +112,27 @@ def test_hidden_configuration_recovered(cfg):
     assert parse_policy(doc["policy"]).describe() is not None
 
 
+def test_a_serving_target_without_sdpa_is_fingerprinted_through_its_decode_entry_point():
+    """A serving target (attnum.kernels.serving) with only ``decode``: its SDPA call raises
+    NotImplementedError, the fingerprint switches to decode (cache (1, H, S, d), cache_seqlens = [S], the
+    kernel's own split choice) and says so; the hidden tile and split count come back."""
+    from attnum.kernels.serving import ServingTarget
+
+    def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=None, is_causal=True,
+               scale=None, return_lse=False, **kw):
+        assert block_table is None and int(cache_seqlens[0]) == k_cache.shape[-2]
+        return decode_attention(q, k_cache, v_cache, is_causal=False, policy="fa2:bf16", block_k=48,
+                                num_splits=num_splits or 3).to(q.dtype)
+
+    t = ServingTarget("decode-only", decode=decode, single_query_only=True)
+    doc = fingerprint(t, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D, seed=3)
+    block_k, splits, _ = expected({"kind": "decode", "block_k": 48, "num_splits": 3})
+    assert doc["entry"] == "decode" and doc["kv_block"] == block_k and doc["splits"] == splits, doc
+    assert doc["bit_exact_fraction"] == 1.0
+    assert fingerprint(target_of({"kind": "flash", "block_k": 32, "policy": "fa2:bf16"}), dtype="bf16",
+                       lengths=LENGTHS, heads=HEADS, d=D)["entry"] == "sdpa"
+
+
 def test_unexplained_target_is_reported_as_such():
     """A kernel outside the search (float64 softmax, then one ulp added to every output) is "no
     candidate explains it", never a guessed match."""

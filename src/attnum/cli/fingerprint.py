@@ -31,6 +31,13 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(300.0, "--timeout", help="seconds a target may take for one call"),
         numerics: str = typer.Option("faithful", "--numerics", help="arithmetic of interpreted Triton kernels "
                                                                      "(as for attnum audit)"),
+        arch: str = typer.Option("sm90", "--arch",
+                                 help="the GPU whose tensor cores interpreted Triton kernels' tl.dot runs on under "
+                                      "faithful numerics: sm80, sm89, sm90 or sm100 (as for attnum audit)"),
+        num_splits: int | None = typer.Option(None, "--num-splits",
+                                              help="call a serving target's decode entry point with this split "
+                                                   "count (as a serving framework would ask) instead of its own "
+                                                   "choice"),
         no_isolate: bool = typer.Option(False, "--no-isolate", help="run the target in this process"),
         matmul: str | None = typer.Option(None, "--matmul", help="the kernel's matrix unit to name: "
                                                                   "module:function or file.py:function taking "
@@ -45,15 +52,17 @@ def register(app: typer.Typer) -> None:
         from attnum.audit.fingerprint.probes import torch_dtype
         from attnum.console.progress import Activity
         from attnum.errors import bad_value
+        from attnum.kernels.triton_tensor_core import check_arch
 
         torch_dtype(dtype)
+        arch = check_arch(arch)
         try:
             lens = tuple(int(x) for x in lengths.split(",") if x.strip())
         except ValueError:
             raise bad_value("--lengths", lengths, "comma-separated integers, e.g. 512,1200") from None
         if not lens or min(lens) < 8:
             raise bad_value("--lengths", lengths, "key lengths of at least 8")
-        for name, value in (("--heads", heads), ("--head-dim", head_dim)):
+        for name, value in (("--heads", heads), ("--head-dim", head_dim), ("--num-splits", num_splits or 1)):
             if value < 1:
                 raise bad_value(name, value, "a positive integer")
         tty = sys.stderr.isatty()
@@ -64,13 +73,14 @@ def register(app: typer.Typer) -> None:
                     print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
 
             kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
-                      matmul=_matmul(matmul) if matmul else None)
+                      matmul=_matmul(matmul) if matmul else None, num_splits=num_splits)
             if no_isolate:
-                fn = _resolve(target, numerics)
+                fn = _resolve(target, numerics, arch)
                 doc = fingerprint(fn, **kw)
                 doc["isolated"] = False
             else:
-                doc = _isolated(target, numerics, timeout, kw)
+                doc = _isolated(target, numerics, arch, timeout, kw)
+            doc["numerics"] = _numerics_label(target, numerics, arch)
         _print(doc, as_json)
 
 
@@ -99,17 +109,26 @@ def _matmul(spec: str):
     return fn
 
 
-def _resolve(target: str, numerics: str):
+def _numerics_label(target: str, numerics: str, arch: str) -> str:
+    """The arithmetic the target ran under, as the audit names it (``triton-interp:nvidia-sm90,...`` for
+    an interpreted Triton kernel, else ``native``)."""
+    from attnum.kernels import triton_interp
+    from attnum.kernels.registry import interpreted_triton
+
+    return triton_interp.label(numerics, arch) if interpreted_triton(target, "cpu") else "native"
+
+
+def _resolve(target: str, numerics: str, arch: str):
     from attnum.kernels.registry import resolve
 
-    t = resolve(target, "cpu", param="target", numerics=numerics)
+    t = resolve(target, "cpu", param="target", numerics=numerics, arch=arch)
     if not t.available:
         print(f"attnum fingerprint: {target} is unavailable here: {t.reason}", file=sys.stderr)
         raise typer.Exit(EXIT_UNAVAILABLE)
     return t.fn
 
 
-def _isolated(target: str, numerics: str, timeout: float, kw: dict) -> dict:
+def _isolated(target: str, numerics: str, arch: str, timeout: float, kw: dict) -> dict:
     """The fingerprint with the target in a kernel server: a crash, hang or exit of the target ends the
     fingerprint with exit 1 and one line, never this process."""
     import torch
@@ -120,9 +139,9 @@ def _isolated(target: str, numerics: str, timeout: float, kw: dict) -> dict:
     from attnum.sandbox.server import KernelServer, TargetGone
 
     if not user.is_user_spec(target.strip()):
-        _resolve(target, numerics)  # attnum's own names: unknown or unavailable needs no child
+        _resolve(target, numerics, arch)  # attnum's own names: unknown or unavailable needs no child
     server = KernelServer("attention", target, device="cpu", timeout=timeout, threads=torch.get_num_threads(),
-                          numerics=numerics)
+                          numerics=numerics, arch=arch)
     try:
         try:
             info = server.start()

@@ -67,11 +67,14 @@ def _bounds_options(t: probes.CountedTarget, S: int, bc: int, order: str, ranked
 
 
 def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, heads: int = 16, d: int = 64,
-                seed: int = 0, progress: Callable[[str], None] | None = None, matmul: Callable | None = None) -> dict:
+                seed: int = 0, progress: Callable[[str], None] | None = None, matmul: Callable | None = None,
+                num_splits: int | None = None) -> dict:
     """The fingerprint of an SDPA-signature callable ``fn(q, k, v, is_causal=False)`` in ``dtype``.
 
     ``matmul``: the kernel's matrix unit as a callable ``(a, b, c) -> a @ b + c`` (float32 out), named by
     :func:`attnum.audit.fingerprint.mma_id.identify_mma`; without it ``mma`` says why it is not identified.
+    ``num_splits``: call the target's decode entry point (a serving target) with that split count
+    instead of its own choice; the SDPA entry point is then not used.
     Returns the JSON document of docs/fingerprint.md (kv_block, splits, merge, sites, policy,
     bit_exact_fraction, residual_ulp, calls, seconds, ...)."""
     probes.torch_dtype(dtype)
@@ -82,7 +85,13 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         raise bad_value("heads", heads, "heads * d >= 4 (two probe columns per call)")
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    t = probes.CountedTarget(fn)
+    if num_splits is not None:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
+            raise bad_value("num_splits", num_splits, "a positive integer, or None (the kernel's own choice)")
+        if not callable(getattr(fn, "decode", None)):
+            raise bad_value("num_splits", num_splits, "None for a target without a decode entry point "
+                                                      "(the serving protocol's decode)")
+    t = probes.CountedTarget(fn, entry="auto" if num_splits is None else "decode", num_splits=num_splits)
     per_length, probe_calls = {}, []
     for S in lengths:
         say(f"swamping probes at S={S}")
@@ -141,6 +150,8 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
 
         say("matrix unit: crafted tiles")
         doc["mma"] = identify_mma(matmul, dtype=dtype if dtype != "fp32" else "tf32")
+    doc["entry"] = t.entry  # sdpa, or decode for a serving target without an SDPA entry point
+    doc["num_splits_asked"] = num_splits
     doc["calls"] = t.calls
     doc["target_seconds"] = round(t.seconds, 3)
     doc["seconds"] = round(time.perf_counter() - t0, 3)

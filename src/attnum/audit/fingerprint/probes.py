@@ -39,17 +39,43 @@ def torch_dtype(name: str) -> torch.dtype:
 
 @dataclass
 class CountedTarget:
-    """The target as the fingerprint calls it: fn(q, k, v, is_causal=False) on (1, H, 1, d) queries,
-    every call counted and timed."""
+    """The target as the fingerprint calls it, on (1, H, 1, d) queries, every call counted and timed.
+
+    ``entry``: ``"sdpa"`` calls fn(q, k, v, is_causal=False); ``"decode"`` calls a serving target's decode
+    entry point (attnum.kernels.serving): fn.decode(q, k_cache, v_cache, cache_seqlens=[S]) with the
+    cache (1, H, S, d) and the kernel's own split choice (``num_splits`` left out). ``"auto"`` (the
+    default) is sdpa, or decode when the first SDPA call says the target has no SDPA entry point
+    (NotImplementedError) and it has a decode one. ``num_splits``: passed to decode (the split count a
+    serving framework would ask for); None leaves it out."""
 
     fn: object
+    entry: str = "auto"
+    num_splits: int | None = None
     calls: int = 0
     seconds: float = 0.0
     shapes: list = field(default_factory=list)
 
+    def _call(self, q, k, v):
+        if self.entry == "decode":
+            lens = torch.full((q.shape[0],), k.shape[-2], dtype=torch.int32)
+            splits = {} if self.num_splits is None else {"num_splits": self.num_splits}
+            return self.fn.decode(q, k, v, cache_seqlens=lens, **splits)
+        try:
+            out = self.fn(q, k, v, is_causal=False)
+        except NotImplementedError:
+            if self.entry != "auto" or self.calls or not callable(getattr(self.fn, "decode", None)):
+                raise
+            self.entry = "decode"
+            return self._call(q, k, v)
+        if self.entry == "auto":
+            self.entry = "sdpa"
+        return out
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
-        out = self.fn(q, k, v, is_causal=False)
+        out = self._call(q, k, v)
+        if isinstance(out, tuple):  # a decode entry point asked for no LSE may still return (o, lse)
+            out = out[0]
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape[:-1]) + (v.shape[-1],):

@@ -7,7 +7,9 @@ def rows(doc: dict) -> list[list[object]]:
     """[finding, value] rows of a fingerprint document."""
     out: list[list[object]] = [["target arithmetic", "dtype " + doc["dtype"] + f", probed at S = "
                                 f"{', '.join(str(s) for s in doc['lengths'])} (B=1, H={doc['heads']}, N=1, "
-                                f"d={doc['head_dim']})"]]
+                                f"d={doc['head_dim']})"
+                                + (f", through its {doc['entry']} entry point" if doc.get("entry") == "decode" else "")
+                                + (f"; ran under {doc['numerics']}" if doc.get("numerics") else "")]]
     if doc.get("kv_block") is None:
         out.append(["verdict", doc.get("unexplained")])
         closest = doc.get("closest_structure")
