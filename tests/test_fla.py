@@ -67,3 +67,16 @@ def test_varlen_with_a_zero_length_sequence_equals_dense_per_sequence(fla):
     got = json.loads(run.stdout.splitlines()[-1])
     for dt, r in got.items():
         assert r["finite"] and r["bitwise_dense"] == [True, True, True], (dt, r)
+
+
+def test_fla_decode_passes_the_decode_probes_in_bf16_and_refuses_what_it_lacks(fla):
+    """fla-decode (attn_decoding_one_step through the decode entry point, packed varlen): every decode probe
+    case it can run passes in bf16, the empty sequence included; the LSE and N > 1 cases are unsupported."""
+    report = run_audit(AuditConfig(target="fla-decode", dtypes="bf16",
+                                   probes="empty-sequence,page-padding-leak,split-invariance,lse-base"))
+    assert report.available, report.reason
+    got = {r.name: r for r in report.results}
+    for name in ("empty-sequence", "page-padding-leak", "split-invariance"):
+        assert got[name].status == "pass", (name, got[name].note)
+        assert sum(c.verdict.status == "pass" for c in got[name].cases) >= 2
+    assert got["lse-base"].status == "unsupported" and "no LSE" in got["lse-base"].note

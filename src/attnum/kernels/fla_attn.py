@@ -1,5 +1,6 @@
-"""``fla-parallel-attn``: flash-linear-attention's softmax attention, ``fla/ops/attn/parallel.py``
-``parallel_attn`` (fla-core 0.6.0; fla-org/flash-linear-attention), forward.
+"""``fla-parallel-attn`` and ``fla-decode``: flash-linear-attention's softmax attention (fla-core 0.6.0;
+fla-org/flash-linear-attention), forward: ``fla/ops/attn/parallel.py`` ``parallel_attn`` and
+``fla/ops/attn/decoding.py`` ``attn_decoding_one_step``.
 
 Causal softmax attention over (B, T, HQ, K) queries and (B, T, H, K) keys/values (GQA when HQ % H == 0),
 online softmax in base 2 (scores times log2(e); its internal LSE is base 2 and not returned),
@@ -12,6 +13,15 @@ What it refuses (NotImplementedError: "unsupported"): a non-causal call (fla has
 N != S (queries and keys share T), an ``attn_mask``, a window with a right reach other than 0 or an
 unbounded left (-1 is the plain causal call), ``enable_gqa=False`` with H != G.
 
+``fla-decode`` (the decode entry point of attnum.kernels.serving; no SDPA entry point):
+``attn_decoding_one_step`` takes one query per sequence, q (1, B, HQ, K), and the sequences' keys packed
+into k, v (1, T, H, K) by ``cu_seqlens`` (varlen). The adapter packs each sequence's first
+``cache_seqlens[b]`` keys of the cache (or its pages, through the block table) in order; the kernel walks
+tiles of BS keys (at most 64 on an sm90) in one pass with an online softmax, no split (``num_splits`` is
+ignored), and returns no LSE (``return_lse`` is unsupported); its autotuner keeps its first config (a shim:
+:func:`_one_config`). It multiplies q by the scale and rounds the
+product to the input dtype before the scores (``b_q = (b_q * scale).to(b_q.dtype)``).
+
 From the installed ``fla`` or the pinned wheel (``attnum kernels fetch fla``; stand-ins for its package
 imports: attnum.kernels.wheels). On CPU through Triton's interpreter (attnum.kernels.triton_faithful).
 """
@@ -20,12 +30,14 @@ from __future__ import annotations
 
 import torch
 
+from attnum.kernels import serving_layout as lay
 from attnum.kernels import wheels
 from attnum.kernels.serving import ServingTarget
 
 PACKAGE = "fla"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _PARALLEL = "fla.ops.attn.parallel"
+_DECODING = "fla.ops.attn.decoding"
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
@@ -56,3 +68,41 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 TARGET = ServingTarget("fla-parallel-attn", sdpa=sdpa, causal_alignment="bottom_right",
                        features=("window", "sinks"))
+
+
+def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=None, max_seqlen=None,
+           is_causal=True, scale=None, return_lse=False):
+    """attnum's decode protocol -> ``attn_decoding_one_step`` (N = 1; the query sees its whole cache)."""
+    B, H, N, d = q.shape
+    if N != 1:
+        raise NotImplementedError("fla attn_decoding_one_step: one query per sequence")
+    if return_lse:
+        raise NotImplementedError("fla attn_decoding_one_step returns no LSE")
+    lens = lay.lengths(cache_seqlens)
+    k, v, indptr, indices = lay.token_pool(k_cache, v_cache, lens, block_table)  # (T, G, d), packed by indices
+    idx = indices.long()
+    cu = indptr.to(device=q.device, dtype=torch.long)
+    mod = wheels.load(PACKAGE, _DECODING)
+    _one_config(mod.naive_attn_decoding_kernel)
+    o = mod.attn_decoding_one_step(
+        q[:, :, 0].unsqueeze(0).contiguous(), k[idx].unsqueeze(0).contiguous(), v[idx].unsqueeze(0).contiguous(),
+        scale=scale, cu_seqlens=cu)
+    return o[0].unsqueeze(2)  # (1, B, H, dv) -> (B, H, 1, dv)
+
+
+def _one_config(kernel) -> None:
+    """Shim: the decode kernel's ``triton.autotune`` times its configs on the GPU driver, which Triton's
+    interpreter does not have ("0 active drivers"). Its configs differ only in ``num_warps`` and
+    ``num_stages`` (no meta-parameter: asserted), which change no arithmetic in the interpreter, so the
+    autotuner keeps its first one and never benchmarks."""
+    tuner = kernel
+    while tuner is not None and not hasattr(tuner, "configs"):
+        tuner = getattr(tuner, "fn", None)
+    if tuner is None or len(tuner.configs) <= 1:
+        return
+    if any(c.kwargs for c in tuner.configs):
+        raise NotImplementedError("fla decode's autotune configs set meta-parameters: the interpreter cannot pick")
+    tuner.configs = tuner.configs[:1]
+
+
+DECODE = ServingTarget("fla-decode", decode=decode, single_query_only=True, split_rule="fixed-size")

@@ -183,7 +183,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         (flashinfer_triton, flashinfer_triton.MERGE_VARLEN,
          "FlashInfer 0.7.2 triton variable_length_merge_states (indptr, base 2)"),
         (fla_attn, fla_attn.TARGET, "fla-core 0.6.0 parallel_attn (Triton; causal softmax attention, GQA, window, "
-                                    "sinks; N = S)"))),
+                                    "sinks; N = S)"),
+        (fla_attn, fla_attn.DECODE, "fla-core 0.6.0 attn_decoding_one_step (Triton; single query, varlen, "
+                                    "no split)"))),
     _serving_triton(ring_flash_attn_merge, ring_flash_attn_merge.MERGE,
                     "ring-flash-attn 0.1.8 update_out_and_lse (PyTorch sigmoid merge, natural log)", triton=False),
 )}

@@ -94,7 +94,8 @@ def _fla_stand_ins(root: Path) -> None:
     - ``fla.backends.dispatch(name)``: the identity decorator (fla's backend switch; Triton is the default);
     - ``fla.utils``: ``check_shared_mem(arch)`` true for "hopper" and below (the sm90 the faithful model
       follows: parallel_attn_fwd then takes BT = 128, BS <= 64), ``contiguous`` (makes tensor arguments
-      contiguous, as fla's does), autocast decorators as identities (no autocast on the audit's path),
+      contiguous, as fla's does), ``input_guard`` (the same for a plain function), ``autotune_cache_kwargs``
+      empty, autocast decorators as identities (no autocast on the audit's path),
       ``IS_GATHER_SUPPORTED`` / ``IS_NVIDIA_BLACKWELL`` False (sm90);
     - ``fla.ops.utils``: ``prepare_chunk_indices`` ((sequence, chunk) pairs, fla's ``index.py`` in four
       lines of torch), ``chunk_global_cumsum`` refusing (only the gated ``g`` path calls it);
@@ -110,6 +111,14 @@ def _fla_stand_ins(root: Path) -> None:
             args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
             kw = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
             return fn(ctx, *args, **kw)
+        return wrapper
+
+    def input_guard(fn):  # fla's: tensor arguments made contiguous (its device guard: one device here)
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+            kw = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+            return fn(*args, **kw)
         return wrapper
 
     def refuse(what):
@@ -128,7 +137,7 @@ def _fla_stand_ins(root: Path) -> None:
     _module("fla.backends", dispatch=lambda name: (lambda fn: fn))
     _module("fla.utils", check_shared_mem=lambda arch="none", index=None: arch in ("hopper", "ampere", "ada", "none"),
             contiguous=contiguous, autocast_custom_fwd=lambda fn: fn, autocast_custom_bwd=lambda fn: fn,
-            IS_GATHER_SUPPORTED=False, IS_NVIDIA_BLACKWELL=False)
+            IS_GATHER_SUPPORTED=False, IS_NVIDIA_BLACKWELL=False, input_guard=input_guard, autotune_cache_kwargs={})
     _module("fla.ops").__path__ = [str(root / "ops")]
     _module("fla.ops.utils", prepare_chunk_indices=prepare_chunk_indices,
             chunk_global_cumsum=refuse("chunk_global_cumsum")).__path__ = [str(root / "ops" / "utils")]

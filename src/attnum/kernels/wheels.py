@@ -84,8 +84,9 @@ FILES = {
     "flashinfer": ("flashinfer/triton/cascade.py", "flashinfer/triton/kernels/cascade.py",
                    "flashinfer/triton/kernels/__init__.py", "flashinfer/triton/utils.py"),
     "ring-flash-attn": ("ring_flash_attn/utils.py",),
-    # flash-linear-attention's softmax attention: the kernel file and the two helper files it imports.
-    "fla": ("fla/ops/attn/parallel.py", "fla/ops/utils/op.py", "fla/ops/utils/constant.py"),
+    # flash-linear-attention's softmax attention: the two kernel files and the two helper files they import.
+    "fla": ("fla/ops/attn/parallel.py", "fla/ops/attn/decoding.py", "fla/ops/utils/op.py",
+            "fla/ops/utils/constant.py"),
 }
 
 
