@@ -42,8 +42,9 @@ def _probes():
 def _feature_probes() -> list[str]:
     """Probes of a declared score feature (softcap, window, sinks: attnum.audit.features): a target that
     declares none of them gets one 'unsupported' row per dtype from each."""
-    return [p.name for p in _probes()
-            if re.search(r"^from attnum\.audit\.features import", inspect.getsource(sys.modules[p.run.__module__]), re.M)]
+    serving = set(_serving_probes())  # a decode feature (mla) is unsupported once, for the missing entry point
+    return [p.name for p in _probes() if p.name not in serving
+            and re.search(r"^from attnum\.audit\.features import", inspect.getsource(sys.modules[p.run.__module__]), re.M)]
 
 
 def _serving_probes() -> list[str]:

@@ -99,11 +99,13 @@ def check_emulation(value: object, param: str = "emulation") -> str | None:
     return text
 
 
-FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "attnum_sinks"}
+FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "attnum_sinks", "mla": "attnum_mla"}
 
 
 def feature(fn: object, name: str) -> bool:
-    """Whether ``fn`` declares the score feature ``name`` (softcap, window, sinks) with ``attnum_<name> = True``."""
+    """Whether ``fn`` declares the feature ``name`` with ``attnum_<name> = True``: the score features of its SDPA
+    entry point (softcap, window, sinks), or ``mla`` (its decode entry point takes a latent cache: one KV head
+    whose first dv dims are the values, the mla-latent-decode probe)."""
     if name not in FEATURES:
         raise bad_value("feature", name, f"one of {', '.join(FEATURES)}")
     value = getattr(fn, FEATURES[name], None)

@@ -174,6 +174,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         (vllm_triton, vllm_triton.UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)"),
         (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"),
         (vllm_triton, vllm_triton.TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)"),
+        (vllm_triton, vllm_triton.MLA_DECODE, "vLLM triton_decode_attention, MLA path (Triton; latent cache, "
+                                              "d = dv + rope, single query, paged, LSE)"),
         (vllm_prefix_prefill, vllm_prefix_prefill.PREFIX_PREFILL,
          "vLLM prefix_prefill context_attention_fwd (Triton; prefill over a paged prefix, as SDPA and decode)"),
         (sglang_triton, sglang_triton.CONTEXT, "SGLang context_attention_fwd (Triton; prefill, N = S, as SDPA)"),

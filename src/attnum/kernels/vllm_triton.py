@@ -7,7 +7,9 @@
   S keys, the contiguous K/V cut into pages of 16. It returns no LSE.
 - ``merge_attn_states`` (the Triton one): two-state merge, LSE head-major (H, T), natural log.
 - ``triton_decode_attention.decode_attention_fwd``: one query per sequence over a paged cache
-  (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output.
+  (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output;
+  ``vllm-mla-decode``: the same entry with ``is_mla=True`` (the grouped kernel for H / G > 1; MLA: a latent cache whose
+  first dv dims are the values, declared ``attnum_mla``; the mla-latent-decode probe).
 
 From the installed ``vllm`` or the pinned wheel (``attnum kernels fetch vllm``; attnum.kernels.wheels).
 On CPU through Triton's interpreter (GPU arithmetic: attnum.kernels.triton_faithful), with CUDA natively.
@@ -112,8 +114,8 @@ def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
 
 
 def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
-                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None):
-    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1)."""
+                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None, mla=False):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1); ``mla``: its MLA path (below)."""
     B, H, N, d = q.shape
     if N != 1:
         raise NotImplementedError("vllm decode_attention_fwd: one query per sequence")
@@ -125,10 +127,12 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
     lse = lse_out[:, :, 0] if lse_out is not None else torch.empty(B, H, dtype=torch.float32, device=dev)
     logits = torch.empty(B, H, num_splits, dv + 1, dtype=torch.float32, device=dev)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    _mod("triton_decode_attention").decode_attention_fwd(
-        q[:, :, 0].contiguous(), k_cache.contiguous(), v_cache.contiguous(), o, lse,
-        block_table.to(torch.int32).contiguous(), torch.tensor(lens, dtype=torch.int32, device=dev), logits,
-        num_splits, sc, page_size=k_cache.shape[1])
+    args = (q[:, :, 0].contiguous(), k_cache.contiguous(), v_cache.contiguous(), o, lse,
+            block_table.to(torch.int32).contiguous(), torch.tensor(lens, dtype=torch.int32, device=dev), logits,
+            num_splits, sc)
+    # is_mla as vLLM's Triton MLA backend passes it: decode_attention_fwd itself picks the grouped kernel
+    # for H / G > 1 (every real MLA call: one latent head) and the MHA kernel for H == G
+    _mod("triton_decode_attention").decode_attention_fwd(*args, page_size=k_cache.shape[1], is_mla=mla)
     o4 = out if out is not None else o.unsqueeze(2)
     return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
 
@@ -138,3 +142,23 @@ UNIFIED = ServingTarget("vllm-unified", sdpa=sdpa, decode=decode, lse_base="e", 
 MERGE = ServingTarget("vllm-triton-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
 TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,
                               accepts_out=True, split_rule="fixed-splits")
+
+
+def mla_decode(q, k_cache, v_cache, **kw):
+    """vLLM's MLA decode (``decode_attention_fwd(..., is_mla=True)``, as its Triton MLA backend calls it;
+    the grouped kernel whenever H / G > 1): k_cache holds the latent and rope dims (d = dv + r), v_cache the latent (dv), one KV head in
+    a real model; the kernel splits the score into a BLOCK_DMODEL and a BLOCK_DPE dot product (512 + 64
+    for d = 576, 256 + 32 for d = 288, else next powers of two of dv and d - dv) and, with ``is_mla``, takes
+    V from the loaded latent, never from v_cache: a v_cache that is not k_cache[..., :dv] is refused."""
+    dv = v_cache.shape[-1]
+    latent = k_cache[..., :dv].contiguous()
+    ints = {2: torch.int16, 4: torch.int32, 1: torch.int8}[latent.element_size()]  # bits: a NaN pad is equal
+    if v_cache.shape != latent.shape or v_cache.dtype != latent.dtype or \
+            not torch.equal(v_cache.contiguous().view(ints), latent.view(ints)):
+        raise NotImplementedError("vLLM's MLA decode reads the values from the latent (v = k[..., :dv]; its "
+                                  "kernel never loads V with is_mla): a separate V cache is not supported")
+    return triton_decode(q, k_cache, v_cache, mla=True, **kw)
+
+
+MLA_DECODE = ServingTarget("vllm-mla-decode", decode=mla_decode, lse_base="e", single_query_only=True,
+                           accepts_out=True, split_rule="fixed-splits", features=("mla",))
