@@ -17,7 +17,7 @@ from attnum.sweep.registry import VERDICTS
 
 FIGURES = ("fig3", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "kernels")
 FIGURE_GROUPS = {"fig3", "fig3-e8", "fig3-e11", "fig4", "fig5", "fig6a", "fig6b", "fig6c", "grid", "grid-dist"}
-GROUPS = FIGURE_GROUPS | {"eager", "attribute"}
+GROUPS = FIGURE_GROUPS | {"eager", "attribute", "grid-mma"}
 PAPER_PROFILES = ("quick", "full", "smoke")
 
 
@@ -35,6 +35,9 @@ def test_profiles_cover_every_figure_under_both_policies_and_variants(profile):
     assert {p.baseline_policy for p in eager.points} == {"torch-eager"}
     attribute = next(g for g in spec.groups if g.name == "attribute")
     assert {p.kind for p in attribute.points} == {"attribute"}
+    tc = next(g for g in spec.groups if g.name == "grid-mma")  # the headline's cells under the tensor cores
+    assert {p.mma for p in tc.points} == {"sm80", "sm90"} and {p.variant for p in tc.points} == {"fa1", "fa2"}
+    assert {p.format for p in tc.points} == {"bf16"}
     fig3e8 = next(g for g in spec.groups if g.name == "fig3-e8")
     assert {p.format for p in fig3e8.points} >= {"e8m3", "e8m23"}
 
