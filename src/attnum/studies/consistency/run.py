@@ -24,7 +24,6 @@ Distances are in ulps of the output format at the scale of each reference row (:
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -39,6 +38,7 @@ from attnum.attention.split_rules import parse_split_rule, plan_splits
 from attnum.numerics.metrics import ulp
 from attnum.numerics.policy import parse_policy
 from attnum.numerics.rounding import round_to
+from attnum.numerics.threads import one_thread  # tiny tensors: one thread (a 2-thread pool waits on a busy machine)
 from attnum.studies.consistency.config import ConsistencyConfig
 from attnum.workloads.inputs import InputSpec, make_qkv
 
@@ -152,19 +152,6 @@ def run_consistency(cfg: ConsistencyConfig) -> dict[str, Any]:
     cfg.require_memory()
     with one_thread():
         return _run(cfg)
-
-
-@contextlib.contextmanager
-def one_thread():
-    """torch on one thread for the duration: the study's tensors are tiny (one request, one row at a
-    time), and on a loaded machine every op of a multi-threaded pool waits for its threads (measured
-    here: a 40-token generation took 10x longer with 2 threads than with 1 on 2 busy cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def _run(cfg: ConsistencyConfig) -> dict[str, Any]:

@@ -31,8 +31,8 @@ import torch
 from attnum.attention.split_rules import parse_split_rule, plan_splits
 from attnum.errors import bad_value
 from attnum.numerics.policy import parse_policy
+from attnum.numerics.threads import one_thread
 from attnum.studies.consistency.lm_decode import ServedLM, training_logits
-from attnum.studies.consistency.run import one_thread
 from attnum.workloads.models import ByteLM, ModelConfig
 
 
