@@ -579,21 +579,32 @@ def test_14_without_an_interrupt_the_same_error_stays_an_internal_error(monkeypa
 
 
 def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
-    """SIGINT while ``python -m attnum`` is still importing (torch takes about a second)."""
+    """SIGINT while ``python -m attnum`` is still importing its CLI.
+
+    Deterministic: an import hook holds the import of ``attnum.cli`` (it says READY, then sleeps), so the
+    interrupt lands inside attnum's own import every time, on a fast machine or a loaded one. (A fixed sleep
+    before the signal raced: ``attnum runs`` finishes in about 0.35 s, and a late interrupt met an
+    interpreter that had already restored the default handler at shutdown.)"""
     import signal
     import subprocess
     import sys
-    import time
 
     from _sweep_helpers import cli_env
 
-    p = subprocess.Popen([sys.executable, "-m", "attnum", "runs", str(tmp_path)], env=cli_env(), cwd=tmp_path,
+    hook = (
+        "import runpy, sys, time\n"
+        "class Hold:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'attnum.cli':\n"
+        "            sys.stderr.write('READY\\n'); sys.stderr.flush(); time.sleep(60)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hold())\n"
+        "sys.argv = ['attnum', 'runs', sys.argv[1]]\n"
+        "runpy.run_module('attnum', run_name='__main__', alter_sys=True)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", hook, str(tmp_path)], env=cli_env(), cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)  # inside the imports (measured: `python -m attnum` imports for well over 0.3 s here)
+    assert p.stderr.readline() == "READY\n"  # inside `from attnum.cli import main`, after the handler is set
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
-    if p.returncode == 2:  # the machine was fast enough to finish first: nothing to judge
-        pytest.skip("the command finished before the interrupt")
-    if "Traceback" in err and "attnum" not in err:  # a loaded machine: still in Python's own start-up (site)
-        pytest.skip("the interrupt landed before any of attnum's code ran")
     assert p.returncode == 130 and err.strip().splitlines() == ["attnum: interrupted"], (p.returncode, err[-500:])
