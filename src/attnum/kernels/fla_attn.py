@@ -66,7 +66,22 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     return o.transpose(1, 2)
 
 
-TARGET = ServingTarget("fla-parallel-attn", sdpa=sdpa, causal_alignment="bottom_right",
+def varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
+           scale=None):
+    """attnum's varlen protocol (q (Tq, H, d), k, v (Tk, G, d)) -> ``parallel_attn(..., cu_seqlens)`` on the
+    packed tokens as one batch of 1. fla takes one ``cu_seqlens`` (queries and keys are the same tokens)
+    and is causal only: other calls are unsupported."""
+    if not is_causal:
+        raise NotImplementedError("fla parallel_attn is causal only (is_causal=False not supported)")
+    if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
+        raise NotImplementedError("fla parallel_attn takes one cu_seqlens (query and key lengths equal)")
+    o = wheels.load(PACKAGE, _PARALLEL).parallel_attn(
+        q.unsqueeze(0).contiguous(), k.unsqueeze(0).contiguous(), v.unsqueeze(0).contiguous(), scale=scale,
+        cu_seqlens=cu_seqlens_q.to(device=q.device, dtype=torch.long))
+    return o[0]
+
+
+TARGET = ServingTarget("fla-parallel-attn", sdpa=sdpa, varlen=varlen, causal_alignment="bottom_right",
                        features=("window", "sinks"))
 
 

@@ -18,6 +18,14 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
   (n_pages, P, G, d) as :mod:`attnum.attention.paged`; lse (B, H, N) float32 in ``lse_base``; ``is_causal`` with
   the kernel's own alignment (the decode probes check it is bottom-right: a decode query sees its cache);
   a caller that leaves ``num_splits`` out asks for the kernel's own split choice (its heuristic);
+- ``varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal=False, scale=None) -> o``:
+  variable-length prefill in flash-attn's ``flash_attn_varlen_func`` layout: sequence b's queries are rows
+  ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` of q (Tq, H, d), its keys rows ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]`` of
+  k (Tk, G, d) and v (Tk, G, dv); o (Tq, H, dv) in q's dtype; ``cu_seqlens_*`` (B + 1,) int32, non-decreasing from
+  0 (a zero-length sequence repeats an offset); causal is bottom-right (a sequence's queries are the last of its
+  keys: flash-attn >= 2.1, every serving kernel); a row with no key holds the ``empty_rows`` declared for
+  ``varlen`` (zeros by default). A kernel that takes one ``cu_seqlens`` for both raises NotImplementedError
+  when they differ (those cases are ``unsupported``);
 - ``attnum_batch_invariant`` (optional, on the target or its ``decode``): True when the target claims a
   request's decode output does not depend on the rest of the batch (the decode-batch-invariance probe);
 - ``lse_base``: ``"e"`` or 2; ``empty_lse``: the LSE the target uses for a state with no key (-inf, +inf as
@@ -61,7 +69,7 @@ from attnum.errors import bad_value
 from attnum.kernels import conventions as _conv
 
 NEG_INF = -math.inf
-ENTRIES = ("sdpa", "decode", "merge_state", "merge_states")
+ENTRIES = ("sdpa", "decode", "merge_state", "merge_states", "varlen")
 SPLIT_RULES = ("fixed-splits", "fixed-size", "power-of-two")
 KV_CACHE_DTYPES = ("e4m3fn", "e5m2")
 DECLARED = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
@@ -99,7 +107,7 @@ def declared_target(obj, name: str) -> ServingTarget:
     methods) and the :data:`DECLARED` values. Nothing in ``obj`` needs attnum."""
     entries = {e: getattr(obj, e, None) for e in ENTRIES}
     if not any(callable(f) for f in entries.values()):
-        raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state, merge_states")
+        raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state, merge_states, varlen")
     kw = {a: getattr(obj, a) for a in DECLARED if getattr(obj, a, None) is not None}
     return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw)
 
@@ -124,7 +132,7 @@ class ServingTarget:
 
     def __init__(self, name: str, *, sdpa: Callable | None = None, merge_state: Callable | None = None,
                  decode: Callable | None = None,
-                 merge_states: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
+                 merge_states: Callable | None = None, varlen: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
                  causal_alignment: str | None = None, empty_rows: str | dict | None = None,
                  kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
                  split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
@@ -140,6 +148,8 @@ class ServingTarget:
             self.decode = decode
         if merge_states is not None:
             self.merge_states = merge_states
+        if varlen is not None:
+            self.varlen = varlen
         self.lse_base = parse_lse_base(lse_base)
         self.empty_lse = empty_convention(empty_lse)
         self.empty_rows = _empty_rows(empty_rows, name)
@@ -178,7 +188,7 @@ class ServingTarget:
                           scale=scale, enable_gqa=enable_gqa, **features)
 
     def __repr__(self) -> str:
-        parts = [p for p in ("merge_state", "merge_states", "decode") if hasattr(self, p)]
+        parts = [p for p in ("merge_state", "merge_states", "decode", "varlen") if hasattr(self, p)]
         return f"ServingTarget({self.name!r}, {'+'.join(['sdpa'] * (self._sdpa is not None) + parts)})"
 
 
@@ -222,13 +232,27 @@ def reference(policy: str) -> ServingTarget:
         o = o.to(q.dtype)
         return (o, lse.float()) if return_lse else o
 
-    return ServingTarget(f"decode:{policy}", sdpa=sdpa, merge_state=merge, decode=decode)
+    def varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
+               scale=None):
+        from attnum.attention.masks import causal_bool
+        from attnum.kernels.serving_layout import varlen_spans
+
+        out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])  # rows with no key: zeros
+        for q0, q1, k0, k1 in varlen_spans(cu_seqlens_q, cu_seqlens_k):
+            if q1 == q0 or k1 == k0:
+                continue
+            mask = causal_bool(q1 - q0, k1 - k0, "bottom_right") if is_causal else None
+            qs, ks, vs = (x.transpose(0, 1).unsqueeze(0) for x in (q[q0:q1], k[k0:k1], v[k0:k1]))
+            out[q0:q1] = sdpa(qs, ks, vs, attn_mask=mask, scale=scale)[0].transpose(0, 1)
+        return out
+
+    return ServingTarget(f"decode:{policy}", sdpa=sdpa, merge_state=merge, decode=decode, varlen=varlen)
 
 
 def entry(target, name: str) -> Callable | None:
-    """The target's ``merge_state``, ``merge_states`` or ``decode`` entry point, or None."""
-    if name not in ("merge_state", "merge_states", "decode"):
-        raise bad_value("entry", name, "'merge_state', 'merge_states' or 'decode'")
+    """The target's ``merge_state``, ``merge_states``, ``decode`` or ``varlen`` entry point, or None."""
+    if name not in ENTRIES[1:]:
+        raise bad_value("entry", name, ", ".join(repr(e) for e in ENTRIES[1:]))
     fn = getattr(target, name, None)
     return fn if callable(fn) else None
 

@@ -51,3 +51,28 @@ def pages_of(k_cache, v_cache, lens, page: int = 16):
 
     table = torch.arange(B * m, dtype=torch.int32, device=k_cache.device).reshape(B, m)
     return paged(k_cache).contiguous(), paged(v_cache).contiguous(), table
+
+
+def varlen_spans(cu_seqlens_q, cu_seqlens_k) -> list[tuple[int, int, int, int]]:
+    """[(q0, q1, k0, k1)] per sequence from the varlen entry's cumulative lengths (B + 1,) each; a bad
+    pair (unequal counts, not from 0, decreasing) raises ValueError naming what is wrong."""
+    cq, ck = lengths(cu_seqlens_q), lengths(cu_seqlens_k)
+    if len(cq) != len(ck) or len(cq) < 1:
+        raise ValueError(f"cu_seqlens_q has {len(cq)} offsets, cu_seqlens_k {len(ck)}: expected B + 1 each")
+    for name, c in (("cu_seqlens_q", cq), ("cu_seqlens_k", ck)):
+        if c[0] != 0 or any(b < a for a, b in zip(c, c[1:], strict=False)):
+            raise ValueError(f"{name}={c} must start at 0 and never decrease")
+    return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]
+
+
+def padded_cache(k, v, spans) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Packed keys k (Tk, G, d), v (Tk, G, dv) -> a contiguous cache (B, G, S_max, d), (B, G, S_max, dv)
+    with sequence b's keys in its first L_b slots (zeros after), and the lengths L_b."""
+    lens = [k1 - k0 for _, _, k0, k1 in spans]
+    S = max([1, *lens])
+    kc = k.new_zeros(len(spans), k.shape[1], S, k.shape[2])
+    vc = v.new_zeros(len(spans), v.shape[1], S, v.shape[2])
+    for b, (_, _, k0, k1) in enumerate(spans):
+        kc[b, :, :k1 - k0] = k[k0:k1].transpose(0, 1)
+        vc[b, :, :k1 - k0] = v[k0:k1].transpose(0, 1)
+    return kc, vc, lens

@@ -116,8 +116,29 @@ def context(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, s
     return torch.cat(outs)
 
 
+def context_packed(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
+                   scale=None):
+    """attnum's varlen protocol -> ``context_attention_fwd`` on the packed tokens as they come: ``b_start_loc``
+    = cu_seqlens[:-1], ``b_seq_len`` its differences (zero-length sequences included). One set of lengths
+    for queries and keys, 1 / sqrt(d) as the scale, dv = d: other calls are unsupported."""
+    if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
+        raise NotImplementedError("sglang context_attention_fwd: one set of lengths (queries and keys equal)")
+    d = q.shape[-1]
+    if v.shape[-1] != d:
+        raise NotImplementedError("sglang context_attention_fwd: head dim of V == head dim of Q only")
+    if scale is not None and not math.isclose(float(scale), 1.0 / d ** 0.5, rel_tol=1e-12):
+        raise NotImplementedError("sglang context_attention_fwd: no scale argument (it takes 1 / sqrt(d))")
+    cu = cu_seqlens_q.to(device=q.device, dtype=torch.int32)
+    seq = cu[1:] - cu[:-1]
+    o = torch.empty(q.shape[0], q.shape[1], d, dtype=q.dtype, device=q.device)
+    _mod("prefill_attention").context_attention_fwd(q.contiguous(), k.contiguous(), v.contiguous(), o,
+                                                    cu[:-1].contiguous(), seq.contiguous(),
+                                                    max(1, int(seq.max())), is_causal=bool(is_causal))
+    return o
+
+
 DECODE = ServingTarget("sglang-decode", decode=decode, lse_base="e", single_query_only=True, accepts_out=True,
                        split_rule="fixed-splits")
 MERGE = ServingTarget("sglang-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
 EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right")
-CONTEXT = ServingTarget("sglang-context", sdpa=context, causal_alignment="bottom_right")
+CONTEXT = ServingTarget("sglang-context", sdpa=context, varlen=context_packed, causal_alignment="bottom_right")

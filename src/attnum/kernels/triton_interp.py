@@ -201,7 +201,7 @@ def serving_under(target, numerics: str = "faithful", arch: str = "sm90"):
 
     if getattr(t, "_sdpa", None) is not None:
         t._sdpa = prepared(t._sdpa, f"{t.name} (sdpa)")
-    for e in ("decode", "merge_state", "merge_states"):
+    for e in ("decode", "merge_state", "merge_states", "varlen"):
         if callable(getattr(t, e, None)):
             setattr(t, e, prepared(getattr(t, e), f"{t.name} ({e})"))
     t.attnum_numerics = label(numerics, arch)

@@ -103,6 +103,24 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     return _untokens(buf, B, N).contiguous()
 
 
+def varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
+           scale=None):
+    """attnum's varlen protocol -> ``unified_attention``: ``cu_seqlens_q`` as given, each sequence's packed keys
+    cut into pages of 16 (``seqused_k`` = its key count), its queries the last of its keys (bottom-right)."""
+    _check(q, v)
+    spans = lay.varlen_spans(cu_seqlens_q, cu_seqlens_k)
+    kc, vc, lens = lay.padded_cache(k, v, spans)
+    kp, vp, table = lay.pages_of(kc, vc, lens, PAGE)
+    dev = q.device
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype, device=dev)
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    _unified(q.contiguous(), kp, vp, out, cu_q=cu_seqlens_q.to(device=dev, dtype=torch.int32),
+             used_k=torch.tensor(lens, dtype=torch.int32, device=dev),
+             max_q=max([1] + [q1 - q0 for q0, q1, _, _ in spans]), scale=sc, causal=bool(is_causal), table=table,
+             num_splits=1)
+    return out
+
+
 def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
     """``merge_attn_states(output, prefix_o, prefix_lse (H, T), suffix_o, suffix_lse, output_lse)``; the
     LSEs pass as transposed views (the kernel reads their strides)."""
@@ -137,7 +155,8 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
     return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
 
 
-UNIFIED = ServingTarget("vllm-unified", sdpa=sdpa, decode=decode, lse_base="e", causal_alignment="bottom_right",
+UNIFIED = ServingTarget("vllm-unified", sdpa=sdpa, decode=decode, varlen=varlen, lse_base="e",
+                        causal_alignment="bottom_right",
                         accepts_out=True, split_rule="power-of-two")
 MERGE = ServingTarget("vllm-triton-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
 TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,

@@ -20,7 +20,7 @@ from attnum.errors import AttnumInputError
 from attnum.sandbox.isolation import become_subreaper, die_with_parent
 from attnum.sandbox.wire import HEAD, decode, encode
 
-ENTRIES = ("merge_state", "merge_states", "decode", "sdpa")
+ENTRIES = ("merge_state", "merge_states", "decode", "varlen", "sdpa")
 MAX_GRAPHS = 64  # autograd graphs kept for backward calls that may still come (oldest dropped)
 MAX_WARNINGS = 20  # per call: a kernel that warns in a loop still sends a short list
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",

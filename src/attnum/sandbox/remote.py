@@ -1,8 +1,8 @@
 """The user's function as the parent sees it: a proxy whose every call goes to a kernel server.
 
 :class:`RemoteTarget` has the SDPA signature (``target(q, k, v, attn_mask=..., is_causal=...)``), the
-serving entry points the target has (``decode``, ``merge_state``, ``merge_states``) and the plain attributes it declares
-(:data:`attnum.sandbox.child.ATTRS`), so probes and training loops use it as they use the function. When
+serving entry points the target has (``decode``, ``merge_state``, ``merge_states``, ``varlen``) and the plain
+attributes it declares (:data:`attnum.sandbox.child.ATTRS`), so probes and training loops use it as they use the function. When
 autograd wants gradients of the inputs, the server keeps the graph and the output carries a
 :class:`_RemoteGrad` node whose backward asks the server for dq, dk, dv given dO. Replies are checked
 here: a gradient of the wrong shape is a :class:`~attnum.sandbox.wire.WrongOutput`; an exception the
@@ -118,7 +118,7 @@ class RemoteTarget:
         self._attrs = info.get("attrs") if isinstance(info.get("attrs"), dict) else {}
         entries = info.get("entries") if isinstance(info.get("entries"), dict) else {}
         self._entries = {e: _Entry(server, e, a if isinstance(a, dict) else {}) for e, a in entries.items()
-                         if e in ("merge_state", "merge_states", "decode", "sdpa")}
+                         if e in ("merge_state", "merge_states", "decode", "varlen", "sdpa")}
 
     def __getattr__(self, name: str):
         d = self.__dict__

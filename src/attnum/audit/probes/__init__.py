@@ -38,8 +38,10 @@ from attnum.audit.probes import (
     page_padding_leak,
     qk_overflow,
     scale_argument,
+    shape_contract,
     softcap_overflow,
     split_invariance,
+    varlen_ragged,
     window_poisoned_keys,
 )
 
@@ -55,6 +57,7 @@ _MODULES = (
     gqa_mapping,
     long_sequence,
     odd_lengths,
+    shape_contract,
     additive_mask_overflow,
     float_bias,
     nonfinite_masked_kv,
@@ -76,6 +79,7 @@ _MODULES = (
     page_padding_leak,
     block_table_past_end,
     empty_sequence,
+    varlen_ragged,
     decode_causal_alignment,
     mla_latent_decode,
     kv_scale_overflow,
