@@ -50,7 +50,7 @@ def _failed(r):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_a_right_kernel_passes_every_case(dtype):
     r = _row(planted(None), dtype)
-    assert r.status == "pass" and len(r.cases) == 1 + 2 * (len(shape_contract.SHAPES) + len(shape_contract.TAILS))
+    assert r.status == "pass" and len(r.cases) == 2 + 2 * (len(shape_contract.SHAPES) + len(shape_contract.TAILS))
 
 
 def test_a_loud_refusal_is_unsupported_never_a_failure():
@@ -92,5 +92,5 @@ def test_a_kernel_wrong_at_every_shape_is_not_blamed_on_the_shape():
 
     r = _row(low, "fp32")
     bad = [c for c in r.cases if c.verdict.status == "fail"]
-    assert bad[0].label == "N=S=64 control" and len(bad) == len(r.cases)
-    assert all(c.verdict.note.startswith("fails as the square control does") for c in bad[1:])
+    assert [c.label for c in bad[:2]] == ["N=S=64 control", "N=S=64 control causal"] and len(bad) == len(r.cases)
+    assert all(c.verdict.note.startswith("fails as the square control does") for c in bad[2:])
