@@ -133,6 +133,16 @@ def test_a_serving_target_without_sdpa_is_fingerprinted_through_its_decode_entry
                        lengths=LENGTHS, heads=HEADS, d=D)["entry"] == "sdpa"
 
 
+def test_a_target_with_neither_sdpa_nor_decode_is_one_line_exit_2(capsys):
+    """A merge (no SDPA, no decode entry point) was an internal error; now one line naming the target."""
+    from attnum.errors import AttnumInputError
+    from attnum.kernels.serving import ServingTarget, reference
+
+    merge_only = ServingTarget("merge-only", merge_state=reference("fa2").merge_state)
+    with pytest.raises(AttnumInputError, match="target='merge-only' is not allowed; expected an attention kernel"):
+        fingerprint(merge_only, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D)
+
+
 def test_unexplained_target_is_reported_as_such():
     """A kernel outside the search (float64 softmax, then one ulp added to every output) is "no
     candidate explains it", never a guessed match."""

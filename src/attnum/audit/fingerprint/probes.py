@@ -62,7 +62,11 @@ class CountedTarget:
             return self.fn.decode(q, k, v, cache_seqlens=lens, **splits)
         try:
             out = self.fn(q, k, v, is_causal=False)
-        except NotImplementedError:
+        except NotImplementedError as exc:
+            if self.entry == "auto" and not self.calls and not callable(getattr(self.fn, "decode", None)):
+                name = getattr(self.fn, "__name__", type(self.fn).__name__)
+                raise bad_value("target", name, "an attention kernel with an SDPA or a decode entry point "
+                                f"(this one refused the first call: {exc})") from None
             if self.entry != "auto" or self.calls or not callable(getattr(self.fn, "decode", None)):
                 raise
             self.entry = "decode"
