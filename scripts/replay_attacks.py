@@ -1263,6 +1263,22 @@ def _(tmp):
     return not seen, "; ".join(seen)[:200] or "12 of 12 interrupted"
 
 
+@attack("round5", "audit --no-isolate: a target that zeroes q, k, v in place and returns zeros fails")
+def _(tmp):
+    t = target(tmp, "zeroes", "def attention(q, k, v, **kw):\n    q.zero_(); k.zero_(); v.zero_()\n"
+                              "    return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n")
+    p = cli("audit", t, "--no-isolate", *CHEAP, cwd=tmp)
+    return p.returncode == 1 and "FAILED" in p.stdout, f"exit {p.returncode}"
+
+
+@attack("round5", "fingerprint of a merge-only adapter (no SDPA, no decode): one line, exit 2")
+def _(tmp):
+    (tmp / "m.py").write_text("class Merge:\n    @staticmethod\n    def merge_state(o_a, lse_a, o_b, lse_b):\n"
+                              "        return o_a, lse_a\n")
+    return one_line_error(cli("fingerprint", f"{tmp / 'm.py'}:Merge", cwd=tmp), 2, "target=", "SDPA or a decode",
+                          after_progress=True)
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []

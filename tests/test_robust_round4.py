@@ -608,3 +608,32 @@ def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130 and err.strip().splitlines() == ["attnum: interrupted"], (p.returncode, err[-500:])
+
+
+def test_a_target_that_overwrites_its_inputs_cannot_make_the_golden_agree():
+    """Attack on this turn's new surfaces (varlen, shape-contract) and the old ones alike: a target that
+    zeroes q, k, v in place and returns zeros passed every probe in-process (the references read the
+    same tensors afterwards). The harness hands the target copies (storage tails kept)."""
+    from attnum.audit.config import AuditConfig
+    from attnum.audit.runner import run_audit
+    from attnum.kernels.serving import ServingTarget, reference
+
+    def liar(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        q.zero_(), k.zero_(), v.zero_()
+        return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+
+    def varlen_liar(q, k, v, **kw):
+        q.zero_(), k.zero_(), v.zero_()
+        return torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+
+    def decode_liar(q, k_cache, v_cache, **kw):
+        q.zero_(), k_cache.zero_(), v_cache.zero_()
+        return torch.zeros(*q.shape[:-1], v_cache.shape[-1], dtype=q.dtype)
+
+    for fn, probes in ((liar, "odd-lengths,shape-contract"),
+                       (ServingTarget("liar", varlen=varlen_liar, decode=decode_liar), "varlen-ragged,page-padding-leak")):
+        report = run_audit(AuditConfig(dtypes="bf16", probes=probes, isolate=False), fn)
+        assert all(r.status == "fail" for r in report.results), [(r.name, r.status, r.note) for r in report.results]
+    ok = run_audit(AuditConfig(dtypes="bf16", probes="varlen-ragged,page-padding-leak", isolate=False),
+                   reference("fa2"))
+    assert all(r.status == "pass" for r in ok.results), [(r.name, r.note) for r in ok.results]

@@ -44,6 +44,19 @@ _REFUSALS = ("No available kernel", "No viable backend", "not implemented for", 
 # on the audited device (or, through a kernel server, a gradient of the wrong shape): a failure of the
 # case, whatever its values.
 
+OUT_BUFFERS = ("out", "lse_out")  # keyword arguments a serving entry point writes into (accepts_out)
+
+
+def _fresh(x):
+    """A copy of a tensor (the target may write into what it is given), anything else as is. The whole
+    storage is copied and viewed as ``x`` was (offset, strides), so what lies behind a tensor in its
+    storage (the NaN the storage-tail probes put there) is behind the copy too."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage().clone(), x.storage_offset(),
+                                                               x.size(), x.stride())
+
+
 def raised(exc: BaseException) -> Verdict:
     """The verdict for a kernel that raised: "unsupported" for a declared limitation, "fail" for a
     wrong output (:class:`WrongOutput`), else "error"."""
@@ -168,7 +181,11 @@ class ProbeContext:
             self.monitor(event, label, payload)
 
     def call_entry(self, fn: Callable, label: str, *args, **kw):
-        """``fn(*args, **kw)`` (a serving entry point of the target) inside the heartbeat."""
+        """``fn(*args, **kw)`` (a serving entry point of the target) inside the heartbeat. The target gets
+        copies of the tensors (a target that overwrote its inputs would otherwise rewrite the values the
+        references then read); the ``out`` / ``lse_out`` buffers are its own to write."""
+        args = tuple(_fresh(a) for a in args)
+        kw = {k: v if k in OUT_BUFFERS else _fresh(v) for k, v in kw.items()}
         self._tell("call", label)
         out = fn(*args, **kw)
         self._tell("returned", label)
@@ -179,9 +196,10 @@ class ProbeContext:
         float64 CPU tensor. ``label`` names the case for the heartbeat."""
         dev = self.device
         mask = kw.pop("attn_mask", None)
-        mask = mask.to(dev) if mask is not None else None
+        mask = _fresh(mask).to(dev) if mask is not None else None
         self._tell("call", label)
-        out = self.target(q.to(dev), k.to(dev), v.to(dev), attn_mask=mask, **kw)
+        # copies: a target that overwrote q, k, v (zeros in, zeros out) would make the golden agree with it
+        out = self.target(_fresh(q).to(dev), _fresh(k).to(dev), _fresh(v).to(dev), attn_mask=mask, **kw)
         self._tell("returned", label)
         return check_output(out, q, v, dev).detach().to("cpu", torch.float64)
 
@@ -294,8 +312,8 @@ class ProbeContext:
         w = w.to(self.dtype).double()
 
         def grads(fn, xs, dev, call_kw, is_target=False):
-            xs = [x.detach().to(dev).requires_grad_(True) for x in xs]
-            mask = call_kw["attn_mask"].to(dev) if call_kw["attn_mask"] is not None else None
+            xs = [_fresh(x.detach()).to(dev).requires_grad_(True) for x in xs]
+            mask = _fresh(call_kw["attn_mask"]).to(dev) if call_kw["attn_mask"] is not None else None
             if is_target:
                 self._tell("call", label)
             o = fn(*xs, **dict(call_kw, attn_mask=mask))
