@@ -143,6 +143,22 @@ def test_a_target_with_neither_sdpa_nor_decode_is_one_line_exit_2(capsys):
         fingerprint(merge_only, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D)
 
 
+def test_a_target_that_writes_into_its_inputs_cannot_change_the_probes_inputs():
+    from attnum.audit.fingerprint.probes import CountedTarget
+
+    def scribbler(q, k, v, **kw):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        q.zero_(), k.zero_(), v.zero_()
+        return out
+
+    q, k, v = (torch.randn(1, 2, 1, 8, dtype=torch.float64) if i == 0 else torch.randn(1, 2, 16, 8,
+                                                                                         dtype=torch.float64)
+               for i in range(3))
+    before = [x.clone() for x in (q, k, v)]
+    CountedTarget(scribbler)(q, k, v)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), before, strict=True))
+
+
 def test_unexplained_target_is_reported_as_such():
     """A kernel outside the search (float64 softmax, then one ulp added to every output) is "no
     candidate explains it", never a guessed match."""

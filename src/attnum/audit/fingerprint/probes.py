@@ -46,7 +46,8 @@ class CountedTarget:
     cache (1, H, S, d) and the kernel's own split choice (``num_splits`` left out). ``"auto"`` (the
     default) is sdpa, or decode when the first SDPA call says the target has no SDPA entry point
     (NotImplementedError) and it has a decode one. ``num_splits``: passed to decode (the split count a
-    serving framework would ask for); None leaves it out."""
+    serving framework would ask for); None leaves it out. The target gets copies of the inputs (the probes
+    reuse theirs, and the replays read them)."""
 
     fn: object
     entry: str = "auto"
@@ -56,6 +57,7 @@ class CountedTarget:
     shapes: list = field(default_factory=list)
 
     def _call(self, q, k, v):
+        q, k, v = q.clone(), k.clone(), v.clone()  # a target may write into its inputs: never into ours
         if self.entry == "decode":
             lens = torch.full((q.shape[0],), k.shape[-2], dtype=torch.int32)
             splits = {} if self.num_splits is None else {"num_splits": self.num_splits}
