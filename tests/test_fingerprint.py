@@ -142,6 +142,12 @@ def test_a_target_with_neither_sdpa_nor_decode_is_one_line_exit_2(capsys):
     with pytest.raises(AttnumInputError, match="target='merge-only' is not allowed; expected an attention kernel"):
         fingerprint(merge_only, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D)
 
+    def refuses(q, k, v, **kw):  # an SDPA kernel that cannot run the swamping inputs (sage1-triton's int8 cast)
+        raise NotImplementedError("a float -> int8 cast of nan")
+
+    with pytest.raises(AttnumInputError, match="expected a kernel that runs the fingerprint's inputs"):
+        fingerprint(refuses, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D)
+
 
 def test_a_target_that_writes_into_its_inputs_cannot_change_the_probes_inputs():
     from attnum.audit.fingerprint.probes import CountedTarget

@@ -67,8 +67,12 @@ class CountedTarget:
         except NotImplementedError as exc:
             if self.entry == "auto" and not self.calls and not callable(getattr(self.fn, "decode", None)):
                 name = getattr(self.fn, "__name__", type(self.fn).__name__)
-                raise bad_value("target", name, "an attention kernel with an SDPA or a decode entry point "
-                                f"(this one refused the first call: {exc})") from None
+                # a serving target without SDPA (a merge): attnum.kernels.serving.ServingTarget says so
+                if getattr(self.fn, "_sdpa", ...) is None or "no SDPA entry point" in str(exc):
+                    raise bad_value("target", name, "an attention kernel with an SDPA or a decode entry point "
+                                    f"(this one has neither: {exc})") from None
+                raise bad_value("target", name, "a kernel that runs the fingerprint's inputs (its first call "
+                                f"raised NotImplementedError: {exc})") from None
             if self.entry != "auto" or self.calls or not callable(getattr(self.fn, "decode", None)):
                 raise
             self.entry = "decode"
