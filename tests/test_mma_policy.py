@@ -76,12 +76,70 @@ def test_flash_with_mma_is_a_loop_of_mma_matmul_bit_for_bit(fmt, dt, arch, jit, 
     assert plain.shape == got.shape
 
 
-def test_backward_refuses_mma():
-    from attnum.attention.flash_backward import flash_backward
+def _reference_fa2_backward(q, k, v, do, lse, o, *, dt, arch, block_k):
+    """FlashAttention-2's backward (fa2 policy: fp32 statistics and accumulators, P and dS in ``dt``) as a
+    plain loop over KV tiles, every product one call of mma.matmul. Returns dq, dk, dv in float32."""
+    from attnum.numerics import mma
 
-    x = torch.zeros(1, 1, 2, 4)
-    with pytest.raises(AttnumInputError, match="mma"):
-        flash_backward(x, x, x, x, torch.zeros(1, 1, 2), x, scale=0.5, Bc=2, policy="fa2:bf16,mma=sm90")
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    q8, k8, v8, do8 = q.to(dt), k.to(dt), v.to(dt), do.to(dt)
+    D = (do.float() * o.float()).sum(-1, keepdim=True)
+    dq = torch.zeros(q.shape, dtype=torch.float32)
+    dks, dvs = [], []
+    for j0 in range(0, k.shape[-2], block_k):
+        kj, vj = k8[:, :, j0:j0 + block_k], v8[:, :, j0:j0 + block_k]
+        s = mma.matmul(q8, kj.transpose(-1, -2), arch=arch) * scale
+        p = torch.exp(s - lse.float()[..., None])
+        dvs.append(mma.matmul(p.to(dt).transpose(-1, -2), do8, arch=arch))
+        dp = mma.matmul(do8, vj.transpose(-1, -2), arch=arch)
+        ds = (p * (dp - D)).to(dt)
+        dq = dq + mma.matmul(ds, kj, arch=arch)
+        dks.append(mma.matmul(ds.transpose(-1, -2), q8, arch=arch))
+    return dq * scale, torch.cat(dks, -2) * scale, torch.cat(dvs, -2)
+
+
+@pytest.mark.parametrize("fmt,dt,arch", [("bf16", torch.bfloat16, "sm90"), ("fp16", torch.float16, "sm80")])
+@pytest.mark.parametrize("jit", ["1", "0"])
+def test_backward_with_mma_is_a_loop_of_mma_matmul_bit_for_bit(fmt, dt, arch, jit, monkeypatch):
+    """flash_backward under ``mma=ARCH`` (one query block, three KV tiles) against FA2's Algorithm 2 written
+    as a loop of mma.matmul calls: dq, dk, dv bit for bit; and the exact-chunk model differs in some bit."""
+    from attnum.attention.flash_backward import flash_backward
+    from attnum.attention.golden import golden_attention
+    from attnum.numerics.formats import get_format
+    from attnum.numerics.rounding import round_to
+
+    monkeypatch.setenv("ATTNUM_JIT", jit)
+    g = torch.Generator().manual_seed(5)
+    q, k, v, do = (torch.randn(1, 2, 32 if i != 1 and i != 2 else 48, 16, generator=g, dtype=torch.float64)
+                   for i in range(4))
+    q, k, v, do = (t.to(dt).double() for t in (q, k, v, do))  # on the grid: the preamble does not round
+    scale = 1.0 / math.sqrt(16)
+    s = (q @ k.transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, -1).float().double()  # an fp32 LSE, as the forward keeps it
+    o = golden_attention(q, k, v).to(dt).double()
+    # gradients kept in fp32 (out=fp32): a bf16 / fp16 output rounding would hide what the products did
+    got = flash_backward(q, k, v, o, lse, do, scale=scale, Bc=16, policy=f"fa2:{fmt},out=fp32,mma={arch}")
+    want = _reference_fa2_backward(q, k, v, do, lse, o, dt=dt, arch=arch, block_k=16)
+    for name, a, b in zip(("dq", "dk", "dv"), got, want, strict=True):
+        assert torch.equal(a.float(), round_to(b.double(), get_format("fp32")).float()), name
+    plain = flash_backward(q, k, v, o, lse, do, scale=scale, Bc=16, policy=f"fa2:{fmt},out=fp32")
+    assert any(not torch.equal(a, b) for a, b in zip(got, plain, strict=True))  # the model did something
+
+
+def test_autograd_through_flash_attention_under_mma_is_close_to_the_exact_model():
+    """End to end (previously refused): gradients under mma=sm90 and without it differ by bits, not
+    magnitudes, at bf16 inputs (both within a few bf16 ulps of each other)."""
+    from attnum.attention.flash import flash_attention
+
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.randn(1, 2, 64, 32, generator=g, dtype=torch.float64).bfloat16().double() for _ in range(3)]
+    grads = []
+    for pol in ("fa2:bf16,mma=sm90", "fa2:bf16"):
+        ts = [x.clone().requires_grad_(True) for x in xs]
+        flash_attention(*ts, policy=pol, block_k=16).sum().backward()
+        grads.append([t.grad for t in ts])
+    for a, b in zip(*grads, strict=True):
+        assert torch.isfinite(a).all() and (a - b).abs().max() <= 8 * 2.0 ** -8 * b.abs().max()
 
 
 def _selftest(arch):

@@ -38,16 +38,19 @@ from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.numerics.policy import Policy, parse_policy
 
+PROBS_INPUTS = ("probs", "inputs")  # the sites a (P or dS) and b (dO, Q or K) of a backward product lie on
+
 
 def _sum_query_blocks(a_BHSN: torch.Tensor, b_BHNx: torch.Tensor, Br: int | None, policy: Policy) -> torch.Tensor:
     """sum_i a[..., i-block] @ b[i-block] with every partial and the running sum rounded at ``acc``.
+    ``a`` is P^T or dS^T (on the ``probs`` grid), ``b`` is dO or Q (``inputs``).
 
     All Tr = ceil(N / Br) partial products come from one batched matmul (rows padded with exact
     zeros); only the in-order additions, as FA2 accumulates dK_j/dV_j over query blocks, are a loop.
     """
     B, H, S, N = a_BHSN.shape
     if Br is None or Br >= N:
-        return policy.round("acc", steps.matmul(a_BHSN, b_BHNx, policy))
+        return policy.round("acc", steps.matmul(a_BHSN, b_BHNx, policy, sites=PROBS_INPUTS))
     Tr = math.ceil(N / Br)
     pad = Tr * Br - N
     if pad:
@@ -55,7 +58,7 @@ def _sum_query_blocks(a_BHSN: torch.Tensor, b_BHNx: torch.Tensor, Br: int | None
         b_BHNx = torch.nn.functional.pad(b_BHNx, (0, 0, 0, pad))
     a_BHTSr = a_BHSN.view(B, H, S, Tr, Br).permute(0, 1, 3, 2, 4)
     b_BHTrx = b_BHNx.view(B, H, Tr, Br, b_BHNx.shape[-1])
-    parts_BHTSx = policy.round("acc", steps.matmul(a_BHTSr, b_BHTrx, policy))
+    parts_BHTSx = policy.round("acc", steps.matmul(a_BHTSr, b_BHTrx, policy, sites=PROBS_INPUTS))
     acc = parts_BHTSx[:, :, 0]
     for i in range(1, Tr):
         acc = policy.round("acc", acc + parts_BHTSx[:, :, i])
@@ -85,11 +88,15 @@ def flash_backward(
     ``mk``: the call's masking (``masks.masking``), cut per KV tile here; ``out`` and ``lse`` are the
     forward's output and log-sum-exp (natural log). Q, K, V and dO go through the input preamble
     (a no-op for values already on the ``inputs`` grid).
+
+    Under an ``mma`` policy every product -- S = Q K^T, dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q --
+    is the architecture's MMA instructions (:mod:`attnum.numerics.mma_sites`; Q, K, V, dO read on the
+    ``inputs`` grid, P and dS on ``probs``). Each product starts from zero and is added at ``acc``: dQ's
+    sum over KV tiles is FA2's separate fp32 adds; dK and dV over several query blocks (``Br`` < N) are
+    added the same way, where a kernel that keeps them in the MMA's accumulator (C) would truncate the
+    additions too (no difference with one query block).
     """
     policy = parse_policy(policy)
-    if policy.mma is not None:
-        raise AttnumInputError(f"policy mma={policy.mma} is not allowed in flash_backward; the tensor-core model "
-                               "runs the forward's matmuls only (mma=none for the backward)")
     if Bc < 1 or (Br is not None and Br < 1):
         raise AttnumInputError(f"Bc={Bc}, Br={Br} are not allowed; expected positive tile sizes")
     B, H, G, N, S, d, dv = masks.check_qkv(q_BHNd, k_BGSd, v_BGSdv)
@@ -116,7 +123,7 @@ def flash_backward(
                 p_j, p_in, ds_j = fused.backward_tile(q, k_j, v_j, do, mk.tile(0, N, j0, j1, c, q.device), scale, lse,
                                                       D_BHN1, policy)
                 dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)
-                dq = fused.acc_add_(dq, steps.matmul(ds_j, k_j, policy), policy)
+                dq = fused.acc_add_(dq, steps.matmul(ds_j, k_j, policy, sites=PROBS_INPUTS), policy)
                 dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)
                 continue
             s_j = steps.scores(q, k_j, scale, mk.tile(0, N, j0, j1, c, q.device), policy)
@@ -125,7 +132,8 @@ def flash_backward(
             dvv[:, :, j0:j1] = _sum_query_blocks(p_in.transpose(-1, -2), do, Br, policy)  # line 12
             dp_j = policy.round("scores", steps.matmul(do, v_j.transpose(-1, -2), policy))  # line 13
             ds_j = policy.round("probs", p_j * (dp_j - D_BHN1))  # line 14
-            dq = policy.round("acc", dq + policy.round("acc", steps.matmul(ds_j, k_j, policy)))  # line 15
+            dq = policy.round("acc", dq + policy.round("acc", steps.matmul(ds_j, k_j, policy,
+                                                                           sites=PROBS_INPUTS)))  # line 15
             dk[:, :, j0:j1] = _sum_query_blocks(ds_j.transpose(-1, -2), q, Br, policy)  # line 16
     if G != H:  # GQA: a KV head's gradient is the sum over the query heads that read it
         dk = dk.view(B, G, H // G, S, d).sum(dim=2)
