@@ -236,7 +236,7 @@ def test_a_specs_all_kernels_leaves_out_the_interpreted_ones():
                            "vllm-unified", "vllm-triton-merge", "vllm-triton-decode",
                            "vllm-prefix-prefill", "sglang-context", "sage1-triton", "flashinfer-triton-merge",
                            "flashinfer-triton-merge-n", "flashinfer-triton-merge-varlen", "ring-flash-attn-merge",
-                           "fla-parallel-attn", "fla-decode", "vllm-mla-decode"}
+                           "fla-parallel-attn", "fla-decode", "fla-nsa", "vllm-mla-decode"}
     every = spec_from_dict({"name": "t", "axes": {"seq_len": [16]}}).kernel_names
     assert set(every) == set(KERNELS) - interpreted and "torch-sdpa-math" in every
     named = spec_from_dict({"name": "t", "kernels": ["pallas-mha"], "axes": {"seq_len": [16]}})

@@ -26,7 +26,11 @@ implements one says so, and then takes one more keyword argument on its SDPA ent
   common "window W" of causal serving kernels (key j visible when ``i + off - W < j <= i + off``) is
   ``window_size=(W - 1, 0)``;
 - ``attnum_sinks = True``: ``sinks=`` a float32 tensor (H,), one logit per query head joining each row's
-  softmax denominator only (gpt-oss).
+  softmax denominator only (gpt-oss);
+- ``attnum_block_select = True``: ``block_indices=`` an int64 tensor (B, G, N, n) and ``block_size=`` an int:
+  query i of KV head g sees only the keys of the blocks ``block_indices[b, g, i]`` (block t: keys
+  ``t * block_size`` to ``(t + 1) * block_size - 1``; an index < 0 selects nothing), within its causal
+  range (NSA's selected-attention branch, arXiv 2502.11089).
 
 Undeclared means the target has no such feature: its probe reports "unsupported", never pass.
 """
@@ -99,12 +103,13 @@ def check_emulation(value: object, param: str = "emulation") -> str | None:
     return text
 
 
-FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "attnum_sinks", "mla": "attnum_mla"}
+FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "attnum_sinks", "mla": "attnum_mla",
+            "block_select": "attnum_block_select"}
 
 
 def feature(fn: object, name: str) -> bool:
     """Whether ``fn`` declares the feature ``name`` with ``attnum_<name> = True``: the score features of its SDPA
-    entry point (softcap, window, sinks), or ``mla`` (its decode entry point takes a latent cache: one KV head
+    entry point (softcap, window, sinks, block_select), or ``mla`` (its decode entry point takes a latent cache: one KV head
     whose first dv dims are the values, the mla-latent-decode probe)."""
     if name not in FEATURES:
         raise bad_value("feature", name, f"one of {', '.join(FEATURES)}")

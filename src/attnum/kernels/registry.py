@@ -29,6 +29,7 @@ from attnum.errors import AttnumInputError, did_you_mean
 from attnum.kernels import (
     conventions,
     fla_attn,
+    fla_nsa,
     flash_attn,
     flash_attn_kvcache,
     flashinfer,
@@ -187,7 +188,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
         (fla_attn, fla_attn.TARGET, "fla-core 0.6.0 parallel_attn (Triton; causal softmax attention, GQA, window, "
                                     "sinks; N = S)"),
         (fla_attn, fla_attn.DECODE, "fla-core 0.6.0 attn_decoding_one_step (Triton; single query, varlen, "
-                                    "no split)"))),
+                                    "no split)"),
+        (fla_nsa, fla_nsa.TARGET, "fla-core 0.6.0 parallel_nsa selected-block branch (Triton; NSA, causal, "
+                                  "GQA groups of 16+, block_select)"))),
     _serving_triton(ring_flash_attn_merge, ring_flash_attn_merge.MERGE,
                     "ring-flash-attn 0.1.8 update_out_and_lse (PyTorch sigmoid merge, natural log)", triton=False),
 )}

@@ -93,9 +93,9 @@ def _fla_stand_ins(root: Path) -> None:
 
     - ``fla.backends.dispatch(name)``: the identity decorator (fla's backend switch; Triton is the default);
     - ``fla.utils``: ``check_shared_mem(arch)`` true for "hopper" and below (the sm90 the faithful model
-      follows: parallel_attn_fwd then takes BT = 128, BS <= 64), ``contiguous`` (makes tensor arguments
-      contiguous, as fla's does), ``input_guard`` (the same for a plain function), ``autotune_cache_kwargs``
-      empty, autocast decorators as identities (no autocast on the audit's path),
+      follows: parallel_attn_fwd then takes BT = 128, BS <= 64), ``contiguous`` and ``input_guard`` (make
+      tensor arguments contiguous, as fla's do), ``autotune_cache_kwargs`` empty, ``tensor_cache`` the
+      identity (fla's memoises index tensors), autocast decorators as identities (no autocast on the audit's path),
       ``IS_GATHER_SUPPORTED`` / ``IS_NVIDIA_BLACKWELL`` False (sm90);
     - ``fla.ops.utils``: ``prepare_chunk_indices`` ((sequence, chunk) pairs, fla's ``index.py`` in four
       lines of torch), ``chunk_global_cumsum`` refusing (only the gated ``g`` path calls it);
@@ -105,14 +105,6 @@ def _fla_stand_ins(root: Path) -> None:
 
     import torch
 
-    def contiguous(fn):
-        @functools.wraps(fn)
-        def wrapper(ctx, *args, **kw):
-            args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
-            kw = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
-            return fn(ctx, *args, **kw)
-        return wrapper
-
     def input_guard(fn):  # fla's: tensor arguments made contiguous (its device guard: one device here)
         @functools.wraps(fn)
         def wrapper(*args, **kw):
@@ -120,6 +112,8 @@ def _fla_stand_ins(root: Path) -> None:
             kw = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
             return fn(*args, **kw)
         return wrapper
+
+    contiguous = input_guard  # fla's ``contiguous`` decorates autograd forwards (ctx first) and plain functions
 
     def refuse(what):
         def fn(*args, **kw):
@@ -137,14 +131,21 @@ def _fla_stand_ins(root: Path) -> None:
     _module("fla.backends", dispatch=lambda name: (lambda fn: fn))
     _module("fla.utils", check_shared_mem=lambda arch="none", index=None: arch in ("hopper", "ampere", "ada", "none"),
             contiguous=contiguous, autocast_custom_fwd=lambda fn: fn, autocast_custom_bwd=lambda fn: fn,
-            IS_GATHER_SUPPORTED=False, IS_NVIDIA_BLACKWELL=False, input_guard=input_guard, autotune_cache_kwargs={})
+            IS_GATHER_SUPPORTED=False, IS_NVIDIA_BLACKWELL=False, input_guard=input_guard, autotune_cache_kwargs={},
+            tensor_cache=lambda fn: fn)
     _module("fla.ops").__path__ = [str(root / "ops")]
     _module("fla.ops.utils", prepare_chunk_indices=prepare_chunk_indices,
             chunk_global_cumsum=refuse("chunk_global_cumsum")).__path__ = [str(root / "ops" / "utils")]
     _module("fla.ops.utils.cumsum", chunk_global_cumsum=refuse("chunk_global_cumsum"))
     _module("fla.ops.attn").__path__ = [str(root / "ops" / "attn")]
+    _module("fla.ops.nsa").__path__ = [str(root / "ops" / "nsa")]  # its __init__ imports the naive reference
     for name in ("fla.ops.utils.constant", "fla.ops.utils.op"):
         _load_file(name, src / (name.replace(".", "/") + ".py"))
+    if (root / "ops" / "nsa" / "parallel.py").is_file():  # NSA: fla's own index, CSR and pooling files
+        index = _load_file("fla.ops.utils.index", src / "fla/ops/utils/index.py")
+        csr = _load_file("fla.ops.utils.csr", src / "fla/ops/utils/csr.py")
+        _module("fla.ops.utils", prepare_block_csr=csr.prepare_block_csr,
+                **{n: getattr(index, n) for n in ("prepare_chunk_offsets", "prepare_lens", "prepare_token_indices")})
     if importlib.util.find_spec("einops") is None and "einops" not in sys.modules:
         _module("einops", reduce=refuse("einops.reduce (fla's backward)"))
 

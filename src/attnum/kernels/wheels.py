@@ -84,9 +84,12 @@ FILES = {
     "flashinfer": ("flashinfer/triton/cascade.py", "flashinfer/triton/kernels/cascade.py",
                    "flashinfer/triton/kernels/__init__.py", "flashinfer/triton/utils.py"),
     "ring-flash-attn": ("ring_flash_attn/utils.py",),
-    # flash-linear-attention's softmax attention: the two kernel files and the two helper files they import.
+    # flash-linear-attention's softmax attention: the two kernel files and the two helper files they import;
+    # its native sparse attention (NSA): the selection, compression and top-k kernels and the helper files
+    # (index, block CSR, mean pooling) they import.
     "fla": ("fla/ops/attn/parallel.py", "fla/ops/attn/decoding.py", "fla/ops/utils/op.py",
-            "fla/ops/utils/constant.py"),
+            "fla/ops/utils/constant.py", "fla/ops/nsa/parallel.py", "fla/ops/nsa/compression.py",
+            "fla/ops/nsa/utils.py", "fla/ops/utils/index.py", "fla/ops/utils/csr.py", "fla/ops/utils/pooling.py"),
 }
 
 

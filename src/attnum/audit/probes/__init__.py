@@ -9,6 +9,7 @@ from attnum.audit.probes import (
     attention_sinks,
     batch_invariance,
     below_sentinel,
+    block_select,
     block_table_past_end,
     causal_alignment,
     decode_batch_invariance,
@@ -67,6 +68,7 @@ _MODULES = (
     softcap_overflow,
     window_poisoned_keys,
     attention_sinks,
+    block_select,
     # serving side (merge / decode targets, attnum.kernels.serving)
     merge_empty_split,
     merge_two_empty,
