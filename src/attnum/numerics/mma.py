@@ -34,6 +34,9 @@ fp32 output, and attnum does too; the FP22 output is an Ada/Hopper property only
 
 ``matmul_reference`` is the same computation written plainly in torch, one group at a time (slow); ``matmul``
 runs the compiled kernels of :mod:`attnum.numerics.mma_kernels` (or the reference when ``ATTNUM_JIT=0``).
+
+Blackwell's block-scaled instructions (MXFP8 / MXFP6 / MXFP4 / NVFP4) are :mod:`attnum.numerics.mma_scaled`
+(``matmul_block_scaled``, ``matmul_block_scaled_reference``), which builds on this module.
 """
 
 from __future__ import annotations
@@ -279,3 +282,4 @@ def _cdna3_group(p, e, c, inst: Instruction, out_format: str) -> torch.Tensor:
     s = torch.floor(dot / q_dot) * q_dot + c_part
     # rounding site "mma.normalize": down to 31 fraction bits, then nearest fp32 (inf past its range)
     return round_to(_floor_grid(s, 31, -126), "fp32")
+
