@@ -68,7 +68,8 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> 
     orig = {k: getattr(b, k) for k in ("binary_op", "unary_op", "cast_impl", "create_fp_to_fp", "create_dot",
                                        "create_fma", "create_clampf", "create_fp_to_si")}
     cls = {(I.ReduceOps, "sum"): I.ReduceOps.sum, (I.ReduceOps, "min_max"): I.ReduceOps.min_max,
-           (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl, (I.GridExecutor, "__call__"): I.GridExecutor.__call__}
+           (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl, (I.GridExecutor, "__call__"): I.GridExecutor.__call__,
+           (I.InterpretedFunction, "__call__"): I.InterpretedFunction.__call__}
     fusion = [fp_fusion]  # this launch's enable_fp_fusion
     warps = [4]  # this launch's num_warps (Triton's default 4): whether sm90 may use wgmma
     import dataclasses
@@ -237,10 +238,39 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> 
         warps[0] = int(kwargs.get("num_warps") or 4)
         if asked is not None:
             fusion[0] = bool(asked) and not_forced_off()  # Triton's rule for an explicit request
+        import triton.language as tl
+
+        scope = I._LangPatchScope()
+        if id(tl.core) not in _langs(self.fn):  # what a device function of triton.language.core would patch
+            I._patch_builtin(tl.core, I.interpreter_builder, scope)
+            I._patch_builtin(tl.core.tensor, I.interpreter_builder, scope)
+            I._patch_lang_tensor(tl.core.tensor, scope)
+            I._patch_lang_core(tl.core, scope)
+        patched.append(frozenset((id(tl), id(tl.core))))
         try:
             return cls[(I.GridExecutor, "__call__")](self, *args, **kwargs)
         finally:
             fusion[0], warps[0] = before, warps_before
+            patched.pop()
+            scope.restore()
+
+    patched: list[frozenset] = []  # the triton.language modules each running launch has patched
+
+    def device_call(self, *args, **kwargs):
+        """A @triton.jit function called from a kernel (``tl.cdiv``, a kernel's helpers). Triton's
+        interpreter re-patches triton.language on every such call (``_patch_lang``: ``inspect.getmembers``
+        of up to four modules, about 0.5 ms) and never restores what it patched. Here each launch patches
+        ``tl`` (Triton's launch) and ``tl.core`` (above, with Triton's own patch functions, restored after
+        the launch), so a device function whose globals reach no other module goes straight to its
+        rewritten function: a quarter of an interpreted decode kernel's time. Called outside a launch, it
+        takes Triton's own path. The arithmetic is the same either way (outputs bit-identical)."""
+        if not patched or not _langs(self.fn) <= patched[-1]:
+            return cls[(I.InterpretedFunction, "__call__")](self, *args, **kwargs)
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise I.InterpreterError(repr(e)) from e
 
     new = {"binary_op": binary_op, "unary_op": unary_op, "cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp,
            "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf,
@@ -249,7 +279,23 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> 
         setattr(b, k, fn)
     I.ReduceOps.sum, I.ReduceOps.min_max, I.ScanOps.apply_impl = reduce_sum, min_max, scan
     I.GridExecutor.__call__ = launch
+    I.InterpretedFunction.__call__ = device_call
     return {"builder": (b, orig), "classes": cls, "options": (b, opts)}
+
+
+_LANGS: dict = {}
+
+
+def _langs(fn) -> frozenset:
+    """The ids of the triton.language modules (``tl``, ``tl.core``) in ``fn``'s globals: what Triton's
+    interpreter patches for it (``_patch_lang``)."""
+    key = id(fn.__globals__)
+    if key not in _LANGS:  # the globals dict is kept with its answer, so its id is never reused
+        import triton.language as tl
+
+        _LANGS[key] = (fn.__globals__,
+                       frozenset(id(v) for v in list(fn.__globals__.values()) if v is tl or v is tl.core))
+    return _LANGS[key][1]
 
 
 def _uninstall(saved: dict) -> None:

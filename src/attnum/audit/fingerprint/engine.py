@@ -112,6 +112,7 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         q, k, v = probes.random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)
         fit_calls.append((q, k, v, t(q, k, v)))
     policies = search.policy_candidates(dtype)
+    replays = search.Replays()  # one replay per (call, structure at its length, merge if split, policy)
     found, tried, staged = [], [], []
     for bc, order in pairs:
         say(f"split probes for Bc={bc} ({order})")
@@ -122,13 +123,13 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         # rank the true tile first. The closest replay of the fitting inputs goes first, and among near
         # ties (to 0.1) the larger tile (a 1-key chain is rare and the slowest to replay). Only the order
         # of the search changes: every answer is still the replay's.
-        close = search.closeness(combos[0], bc, order, policies[:2], fit_calls[:1])
+        close = search.closeness(combos[0], bc, order, policies[:2], fit_calls[:1], replays)
         staged.append((-round(close, 1), -bc, len(staged), bc, order, combos))
     for *_, bc, order, combos in sorted(staged, key=lambda x: x[:3]):
         say(f"replay for Bc={bc} ({order})")
-        shaped = search.structural([(b, bc, order) for b in combos], policies[0], probe_calls)
+        shaped = search.structural([(b, bc, order) for b in combos], policies[0], probe_calls, replays)
         tried.append({"kv_block": bc, "order": order, "bounds_options": len(combos), "structural": len(shaped)})
-        found = search.fit(shaped, MERGES, policies, fit_calls, probe_calls)
+        found = search.fit(shaped, MERGES, policies, fit_calls, probe_calls, replays)
         if found:
             break
     doc = {"dtype": dtype, "lengths": list(lengths), "heads": heads, "head_dim": d, "hypotheses": tried}

@@ -52,6 +52,30 @@ class Candidate:
         return out.to(q.dtype)
 
 
+class Replays:
+    """Candidate replays on recorded calls, memoised for one fingerprint. A replay on S keys depends on
+    the split ranges at S only (not at the other lengths), on the merge only when S has more than one
+    split, and on the tile, order and policy: structures that differ elsewhere share it. The recorded
+    tensors are kept here, so the ids in the keys stay theirs."""
+
+    def __init__(self) -> None:
+        self._out: dict[tuple, torch.Tensor] = {}
+        self._keep: list[tuple] = []
+
+    def run(self, cand: Candidate, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b = cand.bounds[k.shape[-2]]
+        key = (id(q), id(k), id(v), b, cand.block_k, cand.order, cand.merge if len(b) > 1 else None, cand.policy)
+        out = self._out.get(key)
+        if out is None:
+            out = self._out[key] = cand.run(q, k, v)
+            self._keep.append((q, k, v))
+        return out
+
+
+def _run(cand: Candidate, q, k, v, replays: Replays | None) -> torch.Tensor:
+    return cand.run(q, k, v) if replays is None else replays.run(cand, q, k, v)
+
+
 def policy_candidates(dtype: str) -> list[Policy]:
     """The policies tried, deduplicated by their arithmetic (names differ for the same arithmetic)."""
     f = get_format(dtype).name
@@ -78,21 +102,21 @@ def policy_candidates(dtype: str) -> list[Policy]:
     return list(out.values())
 
 
-def agrees(cand: Candidate, calls) -> bool:
+def agrees(cand: Candidate, calls, replays: Replays | None = None) -> bool:
     """Whether ``cand`` reproduces every recorded call ((q, k, v, out)) bit for bit."""
     for q, k, v, out, *_ in calls:
-        if not np.array_equal(bits(cand.run(q, k, v)), bits(out)):
+        if not np.array_equal(bits(_run(cand, q, k, v, replays)), bits(out)):
             return False
     return True
 
 
-def exact_fraction(cand: Candidate, calls) -> tuple[float, float]:
+def exact_fraction(cand: Candidate, calls, replays: Replays | None = None) -> tuple[float, float]:
     """(fraction of output elements bit-identical, largest residual in ulps of the output format)."""
     same = total = 0
     worst = 0.0
     for q, k, v, out, *_ in calls:
         with one_thread():  # the emulation's bits do not depend on the thread count
-            mine = cand.run(q, k, v)
+            mine = _run(cand, q, k, v, replays)
         eq = bits(mine) == bits(out)
         same += int(eq.sum())
         total += eq.size
@@ -103,7 +127,7 @@ def exact_fraction(cand: Candidate, calls) -> tuple[float, float]:
     return (same / total if total else 0.0), worst
 
 
-def same_survival(cand: Candidate, records) -> bool:
+def same_survival(cand: Candidate, records, replays: Replays | None = None) -> bool:
     """Whether ``cand`` lets the same e survive as the target did in every swamping probe whose +M and
     -M share a split: a structural check that hardly depends on the policy (the probe values are exact
     in every format) and not on the merge (which only sees probes across splits)."""
@@ -112,12 +136,12 @@ def same_survival(cand: Candidate, records) -> bool:
     for q, k, v, out, cols in records:
         n = len(cols.plus)
         mask = ~cross_split(cols, cand.bounds[k.shape[-2]])
-        if not np.array_equal(survival(cand.run(q, k, v), n)[mask], survival(out, n)[mask]):
+        if not np.array_equal(survival(_run(cand, q, k, v, replays), n)[mask], survival(out, n)[mask]):
             return False
     return True
 
 
-def structural(structures, base: Policy, records) -> list:
+def structural(structures, base: Policy, records, replays: Replays | None = None) -> list:
     """The structures that predict every known survival (:func:`structure.explains`) and whose replay
     under the ``base`` policy shows the target's survivals within each split."""
     from attnum.audit.fingerprint.structure import explains
@@ -126,12 +150,12 @@ def structural(structures, base: Policy, records) -> list:
     with one_thread():  # the emulation's bits do not depend on the thread count
         for bounds, block_k, order in structures:
             if explains(records, bounds, block_k, order) and \
-                    same_survival(Candidate(bounds, block_k, order, "lse", base), records):
+                    same_survival(Candidate(bounds, block_k, order, "lse", base), records, replays):
                 keep.append((bounds, block_k, order))
     return keep
 
 
-def fit(structures, merges, policies, fit_calls, probe_calls) -> list[Candidate]:
+def fit(structures, merges, policies, fit_calls, probe_calls, replays: Replays | None = None) -> list[Candidate]:
     """Every (structure, merge, policy) reproducing the fitting calls, then the probe calls; the first
     structure with any wins. Merges are tried in turn; once one fits, the others are tried with the
     policies that fitted (policies and merge methods act on different steps)."""
@@ -141,19 +165,19 @@ def fit(structures, merges, policies, fit_calls, probe_calls) -> list[Candidate]
             found: list[Candidate] = []
             for m in (merges if split else (None,)):
                 pols = policies if not found else list({id(c.policy): c.policy for c in found}.values())
-                found += [c for p in pols if agrees(c := Candidate(bounds, block_k, order, m, p), fit_calls)
-                          and agrees(c, probe_calls)]
+                found += [c for p in pols if agrees(c := Candidate(bounds, block_k, order, m, p), fit_calls, replays)
+                          and agrees(c, probe_calls, replays)]
             if found:
                 return found
     return []
 
 
-def closeness(bounds: dict, block_k: int, order: str, policies, calls) -> float:
+def closeness(bounds: dict, block_k: int, order: str, policies, calls, replays: Replays | None = None) -> float:
     """The best fraction of bit-identical output elements over ``policies`` (merge ``lse``) on ``calls``:
     how near a structure comes before its policy is fitted."""
     best = 0.0
     for p in policies:
-        best = max(best, exact_fraction(Candidate(bounds, block_k, order, "lse", p), calls)[0])
+        best = max(best, exact_fraction(Candidate(bounds, block_k, order, "lse", p), calls, replays)[0])
     return best
 
 
