@@ -213,3 +213,19 @@ def test_fp_fusion_default_without_importing_triton(env, version, fused, monkeyp
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(triton_fusion, "_version", lambda: version)
     assert triton_fusion.fp_fusion_default() is fused
+
+
+def test_device_function_calls_are_not_repatched_and_tl_core_is_restored():
+    """A helper called in a kernel's loop: Triton's interpreter re-patches triton.language on each call
+    (13 patches for one launch here); the faithful model patches once per launch (2 launches: 2),
+    restores tl.core afterwards, and computes the same output."""
+    needs_triton()
+    import os
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "_interp_device_fn_check.py")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got["equal"] and got["restored"], got
+    assert got["faithful_patches"] == 2 and got["raw_patches"] > 2, got
