@@ -1279,6 +1279,14 @@ def _(tmp):
                           after_progress=True)
 
 
+@attack("round6", "audit / fingerprint --arch on a target attnum does not interpret: one line, exit 2")
+def _(tmp):
+    a = one_line_error(cli("audit", "torch-sdpa", "--arch", "sm80", *CHEAP, cwd=tmp), 2, "--arch=sm80",
+                       "torch-sdpa")
+    f = one_line_error(cli("fingerprint", "torch-sdpa-math", "--arch", "sm80", cwd=tmp), 2, "--arch=sm80")
+    return a[0] and f[0], f"audit: {a[1]}; fingerprint: {f[1]}"
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []

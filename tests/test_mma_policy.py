@@ -187,6 +187,17 @@ def test_audit_bad_arch_exits_2_with_one_line(capsys):
     assert "arch" in err and "sm99" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_arch_on_a_target_attnum_does_not_interpret_exits_2_with_one_line(capsys):
+    """--arch changes only interpreted Triton kernels: given for torch's own kernel it is refused, not ignored."""
+    from attnum.cli import main
+
+    assert main(["audit", "torch-sdpa", "--arch", "sm80", "--dtype", "fp32", "--probes", "odd-lengths"]) == 2
+    err = capsys.readouterr().err
+    assert "--arch=sm80" in err and "torch-sdpa" in err and len(err.strip().splitlines()) == 1
+    assert main(["fingerprint", "torch-sdpa-math", "--arch", "sm80"]) == 2
+    assert "--arch=sm80" in capsys.readouterr().err
+
+
 def test_audit_label_names_the_arch():
     from attnum.audit.config import AuditConfig
     from attnum.kernels import triton_interp

@@ -68,10 +68,11 @@ def register(app: typer.Typer) -> None:
                                           "TRITON_DEFAULT_FP_FUSION=0; verdicts say "
                                           "triton-interp:nvidia-sm90[,fp-fusion]), raw "
                                           "(Triton's interpreter as is) or faithful-ex2-approx"),
-        arch: str = typer.Option("sm90", "--arch",
-                                 help="the GPU whose tensor cores interpreted Triton kernels' tl.dot runs on under "
-                                      "faithful numerics: sm80, sm89 (mma.sync), sm90 (wgmma) or sm100 (tcgen05); "
-                                      "verdicts say triton-interp:nvidia-ARCH"),
+        arch: str | None = typer.Option(None, "--arch",
+                                        help="the GPU whose tensor cores interpreted Triton kernels' tl.dot runs on "
+                                             "under faithful numerics: sm80, sm89 (mma.sync), sm90 (wgmma, the "
+                                             "default) or sm100 (tcgen05); verdicts say triton-interp:nvidia-ARCH; "
+                                             "refused for a target attnum does not interpret"),
         emulation: str | None = typer.Option(None, "--emulation",
                                              help="judge forward cases against attnum's emulation of the kernel's "
                                                   "designed arithmetic (a policy, e.g. sage1) instead of the dtype's "
@@ -89,6 +90,9 @@ def register(app: typer.Typer) -> None:
             emit(("probe", "kind", "what it checks", "sources"),
                  [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
             raise typer.Exit(0)
+        from attnum.kernels.registry import arch_flag
+
+        arch = arch_flag(arch, target, device)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,

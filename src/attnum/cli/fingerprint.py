@@ -31,9 +31,10 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(300.0, "--timeout", help="seconds a target may take for one call"),
         numerics: str = typer.Option("faithful", "--numerics", help="arithmetic of interpreted Triton kernels "
                                                                      "(as for attnum audit)"),
-        arch: str = typer.Option("sm90", "--arch",
-                                 help="the GPU whose tensor cores interpreted Triton kernels' tl.dot runs on under "
-                                      "faithful numerics: sm80, sm89, sm90 or sm100 (as for attnum audit)"),
+        arch: str | None = typer.Option(None, "--arch",
+                                        help="the GPU whose tensor cores interpreted Triton kernels' tl.dot runs on "
+                                             "under faithful numerics: sm80, sm89, sm90 (the default) or sm100 (as "
+                                             "for attnum audit; refused for a target attnum does not interpret)"),
         num_splits: int | None = typer.Option(None, "--num-splits",
                                               help="call a serving target's decode entry point with this split "
                                                    "count (as a serving framework would ask) instead of its own "
@@ -52,10 +53,10 @@ def register(app: typer.Typer) -> None:
         from attnum.audit.fingerprint.probes import torch_dtype
         from attnum.console.progress import Activity
         from attnum.errors import bad_value
-        from attnum.kernels.triton_tensor_core import check_arch
+        from attnum.kernels.registry import arch_flag
 
         torch_dtype(dtype)
-        arch = check_arch(arch)
+        arch = arch_flag(arch, target)
         try:
             lens = tuple(int(x) for x in lengths.split(",") if x.strip())
         except ValueError:

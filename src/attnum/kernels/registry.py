@@ -337,6 +337,22 @@ def interpreted_triton(spec: str, device: str | None = "cpu") -> bool:
     return bool(kern and getattr(kern, "triton", False) and (device or "cpu").startswith("cpu"))
 
 
+def arch_flag(arch: str | None, spec: str, device: str | None = "cpu", param: str = "--arch") -> str:
+    """The GPU a command's ``--arch`` names: sm90 when not given; given, only for a target whose Triton
+    kernels attnum interprets on this device (for any other it would change nothing, and say nothing)."""
+    from attnum.kernels.triton_tensor_core import DEFAULT_ARCH, check_arch
+
+    if arch is None:
+        return DEFAULT_ARCH
+    arch = check_arch(arch)
+    if not interpreted_triton(str(spec), device):
+        raise AttnumInputError(
+            f"{param}={arch} is not allowed with target {str(spec)!r}: it names the tensor cores of Triton kernels "
+            "attnum interprets on the CPU (triton-interpret:FILE.py:FN, sglang-*, vllm-*, fla-*, sage1-triton, "
+            "flashinfer-triton-*), and this target runs its own arithmetic; leave it out (policies take mma=ARCH)")
+    return arch
+
+
 def require(spec: str | SdpaFn, device: str | None = None, *, block_q: int | None = None,
             block_k: int | None = None, param: str = "attention") -> Target:
     """:func:`resolve`, and an AttnumInputError saying why when the target cannot run here."""
