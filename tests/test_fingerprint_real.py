@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _wheel_helpers import fetched_or_skip
 
 from attnum.kernels import wheels
 
@@ -38,13 +39,7 @@ def _source_block(package: str, module: str, function: str) -> int:
     ("vllm-triton-decode", "vllm", "vllm.v1.attention.ops.triton_decode_attention"),
 ])
 def test_decode_kernel_fingerprint_holds_to_its_source_block(target, package, module):
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    if wheels.missing(package):
-        try:
-            wheels.fetch(package, quiet=True)
-        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-            pytest.skip(f"cannot fetch {package} {wheels.PINS[package]}: {exc}")
+    fetched_or_skip(package)
     from _sweep_helpers import cli_env
 
     block = _source_block(package, module, "_decode_att_m_fwd")

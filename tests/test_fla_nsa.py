@@ -7,7 +7,6 @@ float64 golden over block means. A failed download skips, saying why."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _wheel_helpers import fetched_or_skip
 
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
-from attnum.kernels import wheels
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.timeout(900)
@@ -26,13 +25,7 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def fla():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    if wheels.missing("fla"):
-        try:
-            wheels.fetch("fla", quiet=True)
-        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-            pytest.skip(f"cannot fetch fla {wheels.PINS['fla']}: {exc}")
+    fetched_or_skip("fla")
 
 
 def cases(probes, dtypes="bf16"):

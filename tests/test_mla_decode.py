@@ -5,14 +5,13 @@ target that does not declare attnum_mla is not asked. Planted kernels on attnum'
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
+from _wheel_helpers import fetched_or_skip
 
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
-from attnum.kernels import serving, wheels
+from attnum.kernels import serving
 
 
 def _target(name: str, drop_rope: bool = False, declare: bool = True):
@@ -51,13 +50,7 @@ def test_a_target_that_does_not_declare_mla_is_not_asked():
 @pytest.mark.slow  # about a minute of interpreted Triton: left out of pytest -m "not slow" (README)
 @pytest.mark.timeout(600)
 def test_vllm_mla_decode_reads_latent_and_rope_and_gives_nan_for_an_empty_sequence():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    if wheels.missing("vllm"):
-        try:
-            wheels.fetch("vllm", quiet=True)
-        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-            pytest.skip(f"cannot fetch vllm {wheels.PINS['vllm']}: {exc}")
+    fetched_or_skip("vllm")
     report = run_audit(AuditConfig(target="vllm-mla-decode", dtypes="bf16", probes="mla-latent-decode,lse-base"))
     assert report.available, report.reason
     mla, lse = report.results

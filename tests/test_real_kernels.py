@@ -7,7 +7,6 @@ one child process per numerics model (TRITON_INTERPRET=1 must precede triton's i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _wheel_helpers import fetched_or_skip
 
 from attnum.kernels import wheels
 
@@ -29,14 +29,7 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def fetched():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    for pkg in ("sglang", "vllm"):
-        if wheels.missing(pkg):
-            try:
-                wheels.fetch(pkg, quiet=True)
-            except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-                pytest.skip(f"cannot fetch {pkg} {wheels.PINS[pkg]}: {exc}")
+    fetched_or_skip("sglang", "vllm")
 
 
 def lean_audit(numerics, *targets):

@@ -4,7 +4,6 @@ interpreter. A failed download skips, saying why. Small states on purpose (tests
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _wheel_helpers import fetched_or_skip
 
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
@@ -21,24 +21,14 @@ HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.timeout(600)
 
 
-def _fetch(pkg):
-    if wheels.missing(pkg):
-        try:
-            wheels.fetch(pkg, quiet=True)
-        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-            pytest.skip(f"cannot fetch {pkg} {wheels.PINS[pkg]}: {exc}")
-
-
 @pytest.fixture(scope="module")
 def flashinfer():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    _fetch("flashinfer")
+    fetched_or_skip("flashinfer")
 
 
 @pytest.fixture(scope="module")
 def ring():
-    _fetch("ring-flash-attn")
+    fetched_or_skip("ring-flash-attn", triton=False)  # ring-flash-attn's merge is plain PyTorch
 
 
 def small_merges(numerics, *targets):

@@ -6,7 +6,6 @@ triton's import) on a few small cases: tests/_sage_triton_check.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -16,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from _wheel_helpers import fetched_or_skip
 
 from attnum.audit import emulated
 from attnum.errors import AttnumInputError
-from attnum.kernels import wheels
 from attnum.numerics.formats import get_format
 
 HERE = Path(__file__).resolve().parent
@@ -28,13 +27,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def fetched():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    if wheels.missing("sageattention"):
-        try:
-            wheels.fetch("sageattention", quiet=True)
-        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-            pytest.skip(f"cannot fetch sageattention {wheels.PINS['sageattention']}: {exc}")
+    fetched_or_skip("sageattention")
 
 
 def run_check(numerics: str) -> dict:

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 import torch
+from _wheel_helpers import fetched_or_skip
 
 from attnum.attention.masks import causal_bool
 from attnum.audit.config import AuditConfig
@@ -195,18 +196,9 @@ def test_real_varlen_kernels_under_the_gpu_model(target):
     sequence they take (fla and SGLang take one cu_seqlens: the unequal cases are unsupported; fla is
     causal only), except
     vLLM's rows with no key (N > S, outside its contract: NaN); fp32 fails everywhere on TF32 dots."""
-    import importlib.util
 
-    from attnum.kernels import wheels
 
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install 'attnum[triton]')")
-    pkg = REAL[target]
-    if wheels.missing(pkg):
-        try:
-            wheels.fetch(pkg, quiet=True)
-        except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-            pytest.skip(f"cannot fetch {pkg} {wheels.PINS[pkg]}: {exc}")
+    fetched_or_skip(REAL[target])
     report = run_audit(AuditConfig(target=target, dtypes="fp16,bf16,fp32", probes="varlen-ragged"))
     assert report.available, report.reason
     rows = {r.dtype: r for r in report.results}
