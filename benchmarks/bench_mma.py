@@ -46,6 +46,16 @@ def _time_mmasim(call, rows: int) -> tuple[dict[int, float], torch.Tensor]:
     return timings, want
 
 
+def _time_attnum(call, reps: int) -> tuple[float, torch.Tensor]:
+    """attnum's call: the minimum wall time over ``reps`` calls (compiled beforehand), and its result."""
+    best, got = float("inf"), None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        got = call()
+        best = min(best, time.perf_counter() - t0)
+    return best, got
+
+
 def _report(name: str, t_attnum: float, timings: dict[int, float], rows: int, M: int, N: int, bad: int, reps: int):
     scale = M / rows
     t_mmasim = min(timings.values()) * scale
@@ -80,11 +90,7 @@ def block_scaled(args) -> None:
           "(tcgen05.mma kind::mxf8f6f4, ST-FDPA: k = L = 32, F = 25, fp32 RZ)")
     kw = dict(arch="sm100", kind="mxf8f6f4")
     mma_scaled.matmul_block_scaled(a[:2], b, sa[:2], sb, **kw)  # compile (cached after the first run)
-    t_attnum = float("inf")
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        got = mma_scaled.matmul_block_scaled(a, b, sa, sb, c, **kw)
-        t_attnum = min(t_attnum, time.perf_counter() - t0)
+    t_attnum, got = _time_attnum(lambda: mma_scaled.matmul_block_scaled(a, b, sa, sb, c, **kw), args.reps)
     op = TCGen05MMABlockScale("Blackwell", "m128n256k32.kind::mxf8f6f4.block32.f32.e4m3.e4m3.ue8m0")
 
     def chained():
@@ -106,11 +112,8 @@ def block_scaled(args) -> None:
           "(tcgen05.mma kind::mxf4nvf4, GST-FDPA: k = L = 64, G = 16, F = 35, fp32 RZ)")
     kw = dict(arch="sm100", kind="mxf4nvf4")
     mma_scaled.matmul_block_scaled(fp4[ca[:2]], fp4[cb], s4a[:2], s4b, **kw)
-    t_attnum = float("inf")
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        got = mma_scaled.matmul_block_scaled(fp4[ca], fp4[cb], s4a, s4b, c, **kw)
-        t_attnum = min(t_attnum, time.perf_counter() - t0)
+    t_attnum, got = _time_attnum(lambda: mma_scaled.matmul_block_scaled(fp4[ca], fp4[cb], s4a, s4b, c, **kw),
+                                 args.reps)
     op4 = TCGen05MMABlockScale("Blackwell", "m128n256k64.kind::mxf4nvf4.block16.f32.e2m1.e2m1.ue4m3")
     pa = ((ca[:rows, 0::2] << 4) | ca[:rows, 1::2]).to(torch.uint8)  # packed along K, the even k high
     pb = ((cb[0::2] << 4) | cb[1::2]).to(torch.uint8)
@@ -145,32 +148,11 @@ def wgmma(args) -> None:
     print(f"product: ({M} x {K}) @ ({K} x {N}) bf16, sm90 (wgmma m64nNk16, L = 16, F = 25, fp32 RZ)")
 
     mma.matmul(a[:2], b, arch="sm90")  # compile (cached after the first run)
-    t_attnum = float("inf")
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        got = mma.matmul(a, b, c, arch="sm90")
-        t_attnum = min(t_attnum, time.perf_counter() - t0)
-
+    t_attnum, got = _time_attnum(lambda: mma.matmul(a, b, c, arch="sm90"), args.reps)
     op = WGMMA("Hopper", "m64n256k16.f32.bf16.bf16")
-    timings = {}
-    threads = torch.get_num_threads()
-    for n in dict.fromkeys((threads, 1)):
-        torch.set_num_threads(n)
-        t0 = time.perf_counter()
-        want = op(a[:rows], b, c[:rows])
-        timings[n] = time.perf_counter() - t0
-    torch.set_num_threads(threads)
+    timings, want = _time_mmasim(lambda: op(a[:rows], b, c[:rows]), rows)
     bad = int((got[:rows].view(torch.int32) != want.view(torch.int32)).sum())
-
-    scale = M / rows
-    t_mmasim = min(timings.values()) * scale
-    for n, t in timings.items():
-        how = "all rows" if rows == M else f"{rows}-row slice, x{scale:g} to {M} rows"
-        print(f"mmasim {n} thread(s): {t:.3f} s ({how}) -> {t * scale:.2f} s")
-    print(f"attnum.numerics.mma.matmul: {t_attnum:.3f} s (min of {args.reps}; numba, one thread)")
-    print(f"mismatches on the {rows} rows mmasim ran: {bad} of {rows * N}")
-    ratio = t_mmasim / t_attnum
-    print(f"ratio mmasim / attnum = {ratio:.0f}x (target >= 50x): {'met' if ratio >= 50 and bad == 0 else 'NOT met'}")
+    _report("attnum.numerics.mma.matmul", t_attnum, timings, rows, M, N, bad, args.reps)
 
 
 if __name__ == "__main__":

@@ -105,19 +105,21 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=N
     return o[0].unsqueeze(2)  # (1, B, H, dv) -> (B, H, 1, dv)
 
 
-def _one_config(kernel) -> None:
-    """Shim: the decode kernel's ``triton.autotune`` times its configs on the GPU driver, which Triton's
-    interpreter does not have ("0 active drivers"). Its configs differ only in ``num_warps`` and
-    ``num_stages`` (no meta-parameter: asserted), which change no arithmetic in the interpreter, so the
-    autotuner keeps its first one and never benchmarks."""
+def _one_config(kernel, *, harmless: frozenset = frozenset(), keep: int = 0) -> None:
+    """Shim: a kernel's ``triton.autotune`` times its configs on the GPU driver, which Triton's
+    interpreter does not have ("0 active drivers"). Configs that differ only in ``num_warps`` and
+    ``num_stages`` (and in the meta-parameters named ``harmless``, which the caller has checked change no
+    arithmetic) compute the same in the interpreter, so the autotuner keeps config ``keep`` and never
+    benchmarks; any other meta-parameter is refused."""
     tuner = kernel
     while tuner is not None and not hasattr(tuner, "configs"):
         tuner = getattr(tuner, "fn", None)
     if tuner is None or len(tuner.configs) <= 1:
         return
-    if any(c.kwargs for c in tuner.configs):
-        raise NotImplementedError("fla decode's autotune configs set meta-parameters: the interpreter cannot pick")
-    tuner.configs = tuner.configs[:1]
+    if any(set(c.kwargs) - harmless for c in tuner.configs):
+        raise NotImplementedError(f"fla's {getattr(kernel, '__name__', 'kernel')} autotunes a meta-parameter: the "
+                                  "interpreter cannot pick")
+    tuner.configs = [tuner.configs[keep]]
 
 
 DECODE = ServingTarget("fla-decode", decode=decode, single_query_only=True, split_rule="fixed-size")

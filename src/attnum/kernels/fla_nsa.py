@@ -42,6 +42,7 @@ import math
 import torch
 
 from attnum.kernels import wheels
+from attnum.kernels.fla_attn import _one_config as _tune
 from attnum.kernels.serving import ServingTarget
 
 PACKAGE = "fla"
@@ -53,24 +54,17 @@ _TUNED = {"fla.ops.nsa.parallel": ("parallel_nsa_fwd_kernel", "parallel_nsa_kern
           "fla.ops.utils.pooling": ("mean_pooling_fwd_kernel",)}
 
 
-def _one_config(module_names=_TUNED) -> None:
-    """Shim: Triton's autotuner times its configs on the GPU driver, which the interpreter lacks. The forward
-    kernels' configs differ in ``num_warps``/``num_stages`` (no arithmetic in the interpreter) or, for
+def _one_config() -> None:
+    """Shim (:func:`attnum.kernels.fla_attn._one_config`): the forward kernels' autotuners keep one config.
+    Their configs differ in ``num_warps``/``num_stages`` (no arithmetic in the interpreter) or, for
     ``mean_pooling_fwd_kernel``, in BD, the tile of the feature dimension (each feature is its own sum):
     the last config is kept (the largest BD: fewest interpreted programs)."""
     import sys
 
-    for mod_name, kernels in module_names.items():
+    for mod_name, kernels in _TUNED.items():
         mod = sys.modules.get(mod_name)
-        for kname in kernels if mod is not None else ():
-            tuner = getattr(mod, kname)
-            while tuner is not None and not hasattr(tuner, "configs"):
-                tuner = getattr(tuner, "fn", None)
-            if tuner is None or len(tuner.configs) <= 1:
-                continue
-            if any(set(c.kwargs) - {"BD"} for c in tuner.configs):
-                raise NotImplementedError(f"fla's {kname} autotunes a meta-parameter: the interpreter cannot pick")
-            tuner.configs = tuner.configs[-1:]
+        for name in kernels if mod is not None else ():
+            _tune(getattr(mod, name), harmless=frozenset({"BD"}), keep=-1)
 
 
 def _load():

@@ -31,6 +31,12 @@ if jit.numba is not None:
         return x - x == 0.0
 
     @njit(inline="always", cache=True, error_model="numpy")
+    def _acc_exp(x, e_zero, c_emin):
+        """The accumulator's exponent in a group's alignment: its binade floored at ``c_emin``; ``e_zero``
+        for a zero (and for an inf or NaN, whose exponent never changes a result)."""
+        return e_zero if x == 0.0 or not _finite(x) else max(_binade(abs(x)), c_emin)
+
+    @njit(inline="always", cache=True, error_model="numpy")
     def _round_out(acc, x0, mbits, emin, rne, overflow):
         """acc * 2**x0 rounded to mbits fraction bits above the exponent floor emin (toward zero, or to
         nearest even when ``rne``); at or past ``overflow`` (2**(emax + 1)) it is inf. Zero is +0."""
@@ -116,11 +122,7 @@ if jit.numba is not None:
                 r[:] = c[ib, i, :]
                 for k0 in range(0, K, L):
                     for j in range(N):
-                        x = r[j]
-                        if x == 0.0 or not _finite(x):
-                            emax[j] = e_zero
-                        else:
-                            emax[j] = max(_binade(abs(x)), c_emin)
+                        emax[j] = _acc_exp(r[j], e_zero, c_emin)
                     for k in range(k0, k0 + L):
                         ek, erow = ea[ib, i, k], eb[ib, k]
                         for j in range(N):

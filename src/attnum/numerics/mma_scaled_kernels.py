@@ -19,7 +19,7 @@ from attnum.numerics import jit
 if jit.numba is not None:
     from numba import njit
 
-    from attnum.numerics.mma_kernels import _binade, _finite, _pow2n, _rz_out
+    from attnum.numerics.mma_kernels import _acc_exp, _finite, _pow2n, _rz_out
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def gst_mma(av, bv, sa, ea, sb, eb, c, out, G, per_inst, per_block, F, e_zero, c_emin, mbits, emin, overflow):
@@ -58,11 +58,7 @@ if jit.numba is not None:
                                     P[q, j] += ak * brow[j]  # multiples of 1/4 below 2**10: exact
                                     nz[q, j] |= brow[j] != 0.0
                     for j in range(N):
-                        x = r[j]
-                        if x == 0.0 or not _finite(x):
-                            emax[j] = e_zero
-                        else:
-                            emax[j] = max(_binade(abs(x)), c_emin)
+                        emax[j] = _acc_exp(r[j], e_zero, c_emin)
                     for q in range(per_inst):
                         blk = (g0 + q) // per_block
                         s_i, e_i = sa[ib, i, blk], ea[ib, i, blk]
