@@ -229,3 +229,25 @@ def test_device_function_calls_are_not_repatched_and_tl_core_is_restored():
     got = json.loads(run.stdout.splitlines()[-1])
     assert got["equal"] and got["restored"], got
     assert got["faithful_patches"] == 2 and got["raw_patches"] > 2, got
+
+
+def test_a_float_argument_is_an_fp32_scalar_and_a_float_constexpr_stays_weak():
+    """Triton's launcher types a float kernel argument fp32, so ``x_bf16 * scale`` is an fp32 product on
+    the GPU; its interpreter passes the Python float on as a weak scalar (the product stays bf16, the
+    scale rounded to bf16). Under the model the argument is fp32; a float constexpr stays weak (bf16),
+    as compiled Triton treats it. (The raw interpreter's bf16 products are not comparable: it stores
+    bf16 bit patterns as integers.)"""
+    needs_triton()
+    import os
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "_interp_float_arg_check.py")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    x = torch.tensor(got["x"], dtype=torch.float64)
+    fp32 = model.cast(x * model.cast(torch.tensor(0.1, dtype=torch.float64), "fp32"), "fp32")
+    weak = model.cast(x * model.cast(torch.tensor(0.1, dtype=torch.float64), "bf16"), "bf16")
+    by_arg, by_const = (torch.tensor(v, dtype=torch.float64) for v in got["faithful"])
+    assert torch.equal(by_arg, fp32) and torch.equal(by_const, weak)
+    assert int((fp32 != weak).sum()) > 32  # the two typings differ on most of these inputs

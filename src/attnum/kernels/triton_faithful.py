@@ -14,7 +14,9 @@ restored on exit. fp16 element-wise arithmetic is left to numpy, whose float16 o
 float32 and round once to nearest even -- the model's answer. With FP fusion on (Triton's
 ``enable_fp_fusion``, :func:`fp_fusion_default`), an fp32 add or subtract one of whose operands an fp32
 multiply produced is one fused multiply-add (:func:`attnum.kernels.triton_model.mul_add`), as LLVM and ptxas contract it;
-``GridExecutor.__call__`` is wrapped to honour a launch's own ``enable_fp_fusion=``. Before either, an
+``GridExecutor.__call__`` is wrapped to honour a launch's own ``enable_fp_fusion=``. A float kernel argument
+(not a constexpr) is an fp32 scalar, as Triton's launcher types it (the interpreter passes the Python float
+on, a weak scalar in type promotion: ``x_bf16 * sm_scale`` would stay bf16). Before either, an
 add of ``tl.dot(a, b)`` (zero accumulator) and d is ``tl.dot(a, b, d)``, as Triton's combine pass
 rewrites it. What is not modelled raises
 ``NotImplementedError`` (an ``unsupported`` verdict): fp8 formats other than e4m3fn / e5m2, bf16 and
@@ -69,7 +71,7 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> 
                                        "create_fma", "create_clampf", "create_fp_to_si")}
     cls = {(I.ReduceOps, "sum"): I.ReduceOps.sum, (I.ReduceOps, "min_max"): I.ReduceOps.min_max,
            (I.ScanOps, "apply_impl"): I.ScanOps.apply_impl, (I.GridExecutor, "__call__"): I.GridExecutor.__call__,
-           (I.InterpretedFunction, "__call__"): I.InterpretedFunction.__call__}
+           (I.InterpretedFunction, "__call__"): I.InterpretedFunction.__call__, (I, "_implicit_cvt"): I._implicit_cvt}
     fusion = [fp_fusion]  # this launch's enable_fp_fusion
     warps = [4]  # this launch's num_warps (Triton's default 4): whether sm90 may use wgmma
     import dataclasses
@@ -272,6 +274,17 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> 
         except Exception as e:
             raise I.InterpreterError(repr(e)) from e
 
+    def implicit_cvt(arg):
+        """A kernel argument as the launch hands it over. A float that is not a constexpr is an fp32
+        scalar on the GPU (Triton's launcher types it ``fp32``), so it promotes a bf16 or fp16 tensor to
+        fp32 (``x_bf16 * sm_scale`` is fp32). Triton's interpreter passes the Python float on, and its
+        type promotion treats a Python number as a weak scalar: the product would stay bf16, with the
+        scale itself rounded to bf16. Here it is the fp32 scalar (rounded to nearest, as the launcher's
+        double -> float conversion)."""
+        if isinstance(arg, float):
+            return c.tl.core.tensor(TH(np.array([arg], dtype=np.float32), c.tl.float32), c.tl.float32)
+        return cls[(I, "_implicit_cvt")](arg)
+
     new = {"binary_op": binary_op, "unary_op": unary_op, "cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp,
            "create_dot": create_dot, "create_fma": create_fma, "create_clampf": create_clampf,
            "create_fp_to_si": create_fp_to_si}
@@ -280,6 +293,7 @@ def _install(approx_exp: bool, fp_fusion: bool, arch: str = tc.DEFAULT_ARCH) -> 
     I.ReduceOps.sum, I.ReduceOps.min_max, I.ScanOps.apply_impl = reduce_sum, min_max, scan
     I.GridExecutor.__call__ = launch
     I.InterpretedFunction.__call__ = device_call
+    I._implicit_cvt = implicit_cvt
     return {"builder": (b, orig), "classes": cls, "options": (b, opts)}
 
 
