@@ -102,6 +102,7 @@ def test_hidden_configuration_recovered(cfg):
     assert doc["bit_exact_fraction"] == 1.0 and doc["residual_ulp"] == 0.0
     assert doc["calls"] > 0 and doc["seconds"] > 0
     hidden = parse_policy(cfg["policy"])
+    assert doc["sites"].pop("tile") == {"format": "matmul", "determined": True, "alternatives": ["matmul"]}
     for site, row in doc["sites"].items():
         want = getattr(hidden, site)
         want = want.name if hasattr(want, "name") else str(want)
@@ -110,6 +111,50 @@ def test_hidden_configuration_recovered(cfg):
             assert row["format"] == want, (site, row)
     # the reported policy string reproduces the hidden arithmetic on the sites it determines
     assert parse_policy(doc["policy"]).describe() is not None
+
+
+def triton_decode_configs(n: int, seed: int) -> list[dict]:
+    """Hidden configurations of the element-wise Triton decode family: tile, split count, cut (SGLang's
+    or the even one of vLLM and LightLLM), FP fusion, dtype."""
+    rng = random.Random(seed)
+    return [{"dtype": rng.choice(("bf16", "fp16", "fp32")), "block_k": rng.choice((16, 32, 64, 128)),
+             "num_splits": rng.choice((1, 2, 3, 4, 5, 7)), "cut": rng.choice(("sglang", "even")),
+             "fused": rng.random() < 0.75} for _ in range(n)]
+
+
+def _cut(cfg: dict, S: int) -> tuple:
+    n = cfg["num_splits"]
+    per = math.ceil(math.ceil(S / n) / 32) * 32 if cfg["cut"] == "sglang" else math.ceil(S / n)
+    return tuple((s * per, min((s + 1) * per, S)) for s in range(n) if s * per < S)
+
+
+@pytest.mark.parametrize("cfg", triton_decode_configs(6, SEED + 1),
+                         ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_hidden_triton_decode_configuration_recovered(cfg):
+    """The tl.sum family (attnum.kernels.triton_sum_decode) with a hidden tile, split count and cut: the
+    tile, the split ranges at each length, the cut, the online merge and FP fusion come back, and the
+    reproduction is bit-identical on fresh inputs."""
+    from attnum.kernels.triton_sum_decode import sum_decode
+
+    def fn(q, k, v, attn_mask=None, is_causal=False, scale=None):
+        return sum_decode(q, k, v, bounds=_cut(cfg, k.shape[-2]), block_k=cfg["block_k"], fused=cfg["fused"])
+
+    doc = fingerprint(fn, dtype=cfg["dtype"], lengths=LENGTHS, heads=HEADS, d=D, seed=7)
+    bounds = {str(S): [list(r) for r in _cut(cfg, S)] for S in LENGTHS}
+    one_tile = all(len(r) == 1 or r[0][1] - r[0][0] <= cfg["block_k"] for r in bounds.values())
+    if not one_tile:  # a tile no shorter than every split is the whole split: its length is not observable
+        assert doc["kv_block"] == cfg["block_k"], doc
+    assert doc["kv_order"] == "forward", doc
+    if doc["structure_determined"]:
+        assert doc["split_bounds"] == bounds, doc
+    else:  # several structures reproduce (a split of one tile can show only in its merge's last bits)
+        assert bounds in [doc["split_bounds"], *doc["split_alternatives"]], doc
+    if doc["structure_determined"] and any(len(r) > 1 for r in bounds.values()):
+        assert doc["merge"] == "online" and cfg["cut"] in doc["split_cuts"], doc
+    tile = doc["sites"]["tile"]  # FP fusion may be undetermined: its last fp32 bits can round away in fp16
+    want = f"tl-sum-decode:{cfg['dtype']},{'' if cfg['fused'] else 'no-'}fp-fusion"
+    assert want in tile["alternatives"] and (tile["format"] == want or not tile["determined"]), tile
+    assert doc["bit_exact_fraction"] == 1.0 and doc["residual_ulp"] == 0.0
 
 
 def test_a_serving_target_without_sdpa_is_fingerprinted_through_its_decode_entry_point():

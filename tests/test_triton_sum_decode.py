@@ -85,6 +85,26 @@ def test_against_float64_within_the_derived_bound(fmt):
         assert float((bound / err.clamp_min(1e-300)).min()) < 4, "the bound is far from every error"
 
 
+def test_the_numpy_fma_is_fma_round():
+    """The fused update in numpy equals attnum.numerics.fma.fma_round on fp32 values: random ones over
+    many binades, exact cancellations, ties of the fp32 grid, signed zeros, infinities and NaN."""
+    from attnum.kernels.triton_sum_decode import _mul_add
+    from attnum.numerics.fma import fma_round
+
+    g = torch.Generator().manual_seed(3)
+    n = 200_000
+    a, b, c = (torch.randn(n, generator=g, dtype=torch.float64) * 2.0 ** torch.randint(-30, 30, (n,), generator=g)
+               for _ in range(3))
+    a, b, c = a.float().double(), b.float().double(), c.float().double()
+    c[: n // 4] = -(a[: n // 4] * b[: n // 4]).float().double()  # near-cancellation
+    a[:8] = torch.tensor([0.0, -0.0, float("inf"), 1.0, float("nan"), 1.0 + 2**-23, 3.0, -2.0], dtype=torch.float64)
+    b[:8] = torch.tensor([5.0, 2.0, 0.0, float("inf"), 1.0, 1.0 - 2**-23, 2**-24, -0.0], dtype=torch.float64)
+    want = fma_round(a, b, c, "fp32").float()
+    got = torch.from_numpy(_mul_add(a.float().numpy(), b.float().numpy(), c.float().numpy(), True))
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+    assert bool(same.all()), int((~same).sum())
+
+
 def test_bad_input_names_the_parameter():
     q, k, v = (t.float() for t in _inputs(10, 1, 8, 8, seed=0))
     with pytest.raises(AttnumInputError, match="bounds"):

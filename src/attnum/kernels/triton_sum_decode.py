@@ -42,7 +42,6 @@ import torch
 from attnum.errors import bad_value
 from attnum.kernels.triton_model import exp as exp32
 from attnum.kernels.triton_model import tree_sum
-from attnum.numerics.fma import fma_round
 from attnum.numerics.formats import format_of_dtype
 from attnum.numerics.rounding import round_to
 
@@ -119,11 +118,24 @@ def _mul(a, b, fmt: str) -> np.ndarray:
 
 
 def _mul_add(a, b, c, fused: bool) -> np.ndarray:
-    """fp32 ``a * b + c``: one fma with FP fusion, else the product rounded first."""
-    if fused:
-        t = [torch.from_numpy(np.asarray(x, np.float64)) for x in (a, b, c)]
-        return fma_round(*t, "fp32").float().numpy()
-    return np.add(np.multiply(a, b, dtype=_F32), c, dtype=_F32)
+    """fp32 ``a * b + c``: one fma with FP fusion (:func:`attnum.numerics.fma.fma_round`'s algorithm in
+    numpy: the exact float64 product, a TwoSum, the sum rounded to odd, then one rounding to fp32),
+    else the product rounded first."""
+    if not fused:
+        return np.add(np.multiply(a, b, dtype=_F32), c, dtype=_F32)
+    a, b, c = (np.asarray(x, np.float64) for x in (a, b, c))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf: NaN, as IEEE has it
+        p = a * b
+        s = p + c
+        bb = s - p
+        e = (p - (s - bb)) + (c - bb)
+    bits = np.abs(s).view(np.int64)
+    away = (e != 0) & ((e > 0) == (s > 0))
+    toward = (e != 0) & ~away
+    even = (bits & 1) == 0
+    bits = np.where(away & even, bits + 1, np.where(toward & even, bits - 1, bits))
+    s_odd = np.copysign(bits.view(np.float64), s)
+    return np.where(np.isfinite(s), s_odd, s).astype(_F32)
 
 
 def _exp(x) -> np.ndarray:
@@ -135,39 +147,45 @@ def _log(x: np.ndarray) -> np.ndarray:
     return np.array([np.log(_F32(t)) for t in np.asarray(x, _F32).reshape(-1)], _F32).reshape(np.shape(x))
 
 
-def _split(qf, kf, vf, j0, j1, block_k, sm, fmt, fused):
-    """One split of every row: (acc / l (R, DV), lse (R,)) in fp32."""
-    R, DV = qf.shape[0], vf.shape[-1]
+def _splits(qf, kf, vf, ranges, block_k, sm, fmt, fused):
+    """Every non-empty split of every row at once, tile t of each split in one step: (acc / l (R, P, DV),
+    lse (R, P)) in fp32. A split with fewer tiles keeps its state in the steps after its last one."""
+    R, P, DV = qf.shape[0], len(ranges), vf.shape[-1]
+    j0 = np.array([a for a, _ in ranges])
+    n_keys = np.array([b - a for a, b in ranges])
+    m = np.full((R, P), -np.inf, _F32)
+    l_ = np.zeros((R, P), _F32)
+    acc = np.zeros((R, P, DV), _F32)
+    for t in range(-(-int(n_keys.max()) // block_k)):
+        off = t * block_k + np.arange(block_k)  # (bk,) key offsets inside the splits
+        live = off[None, :] < n_keys[:, None]  # (P, bk)
+        idx = np.where(live, j0[:, None] + off[None, :], 0)
+        k_t = np.where(live[None, :, :, None], kf[:, idx], _F32(0))  # (R, P, bk, D)
+        v_t = np.where(live[None, :, :, None], vf[:, idx], _F32(0))
+        qk = np.multiply(_tl_sum_last(_mul(qf[:, None, None, :], k_t, fmt), fmt), sm, dtype=_F32)
+        qk = np.where(live[None], qk, _F32(-np.inf))
+        step = t * block_k < n_keys  # (P,) splits with a tile t
+        m_new = np.where(step, np.maximum(qk.max(axis=-1), m), m)
+        r = _exp(np.where(step, m - m_new, _F32(0)))
+        p = _exp(qk - m_new[..., None])
+        pv = np.multiply(p[..., None], v_t, dtype=_F32)
+        s = pv[:, :, 0].copy()
+        for j in range(1, block_k):  # tl.sum over the tile's rows: numpy adds row after row
+            s = np.add(s, pv[:, :, j], dtype=_F32)
+        acc = np.where(step[None, :, None], _mul_add(acc, r[..., None], s, fused), acc)
+        l_ = np.where(step[None], _mul_add(l_, r, _tl_sum_last(p, "fp32"), fused), l_)
+        m = m_new
+    return np.divide(acc, l_[..., None], dtype=_F32), np.add(m, _log(l_), dtype=_F32)
+
+
+def _merge(o_RPv, lse_RP, fused: bool) -> np.ndarray:
+    """The second stage: online merge of the splits' (o, lse) pairs in order; returns acc / l (fp32)."""
+    R = o_RPv.shape[0]
     m = np.full(R, -np.inf, _F32)
     l_ = np.zeros(R, _F32)
-    acc = np.zeros((R, DV), _F32)
-    for t0 in range(j0, j1, block_k):
-        n = min(block_k, j1 - t0)
-        k_t = np.zeros((R, block_k, kf.shape[-1]), _F32)
-        v_t = np.zeros((R, block_k, DV), _F32)
-        k_t[:, :n], v_t[:, :n] = kf[:, t0:t0 + n], vf[:, t0:t0 + n]
-        qk = np.multiply(_tl_sum_last(_mul(qf[:, None, :], k_t, fmt), fmt), sm, dtype=_F32)
-        qk[:, n:] = -np.inf
-        m_new = np.maximum(qk.max(axis=1), m)
-        r = _exp(m - m_new)
-        p = _exp(qk - m_new[:, None])
-        pv = np.multiply(p[:, :, None], v_t, dtype=_F32)
-        s = pv[:, 0].copy()
-        for j in range(1, block_k):  # tl.sum over the tile's rows: numpy adds row after row
-            s = np.add(s, pv[:, j], dtype=_F32)
-        acc = _mul_add(acc, r[:, None], s, fused)
-        l_ = _mul_add(l_, r, _tl_sum_last(p, "fp32"), fused)
-        m = m_new
-    return np.divide(acc, l_[:, None], dtype=_F32), np.add(m, _log(l_), dtype=_F32)
-
-
-def _merge(parts, fused: bool) -> np.ndarray:
-    """The second stage: online merge of (o, lse) pairs; returns acc / l (fp32)."""
-    o0 = parts[0][0]
-    m = np.full(o0.shape[0], -np.inf, _F32)
-    l_ = np.zeros(o0.shape[0], _F32)
-    acc = np.zeros_like(o0)
-    for o, lse in parts:
+    acc = np.zeros_like(o_RPv[:, 0])
+    for s_ in range(o_RPv.shape[1]):
+        o, lse = o_RPv[:, s_], lse_RP[:, s_]
         m_new = np.maximum(lse, m)
         s = _exp(m - m_new)
         e = _exp(lse - m_new)
@@ -191,10 +209,10 @@ def sum_decode(q_BHNd: torch.Tensor, k_BHSd: torch.Tensor, v_BHSd: torch.Tensor,
     sm = _F32(1.0 / math.sqrt(d) if scale is None else scale)
     qf = _padded(q_BHNd, fmt)[:, 0]
     kf, vf = _padded(k_BHSd, fmt), _padded(v_BHSd, fmt)
-    parts = [_split(qf, kf, vf, j0, j1, block_k, sm, fmt, fused) for j0, j1 in bounds if j1 > j0]
-    if not parts:
+    ranges = [(j0, j1) for j0, j1 in bounds if j1 > j0]
+    if not ranges:
         raise bad_value("bounds", bounds, "at least one non-empty key range")
-    o = _merge(parts, fused)[:, :dv]
+    o = _merge(*_splits(qf, kf, vf, ranges, block_k, sm, fmt, fused), fused)[:, :dv]
     return round_to(torch.from_numpy(o).double(), fmt).to(q_BHNd.dtype).reshape(B, H, 1, dv)
 
 

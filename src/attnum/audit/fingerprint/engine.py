@@ -9,8 +9,8 @@ The steps (docs/fingerprint.md):
 2. for the best-ranked (Bc, order), the split probes (:func:`probes.boundary_columns`) give the split
    starts at each length;
 3. fitting inputs (:func:`probes.random_inputs`); every (structure, merge, policy) of the search
-   (:mod:`search`) replayed through attnum's emulation and kept when it reproduces both the fitting
-   calls and the probe calls bit for bit;
+   (:mod:`search`: attnum's policies, then the element-wise Triton decode family) replayed through
+   attnum's emulation and kept when it reproduces both the fitting calls and the probe calls bit for bit;
 4. the reproduction checked on fresh random inputs: the fraction of bit-identical output elements.
 
 Every call of the target goes through one :class:`probes.CountedTarget`: ``calls`` counts them all.
@@ -23,10 +23,13 @@ from collections.abc import Callable
 
 from attnum.audit.fingerprint import probes, search, structure
 from attnum.errors import bad_value
+from attnum.kernels.triton_sum_decode import SumDecode
+from attnum.numerics.threads import one_thread
 
 MERGES = ("lse", "online", "ratio")
 DEFAULT_LENGTHS = (512, 1200)
 TOP_STRUCTURES = 4  # (Bc, order) pairs confirmed by replay, best ranked first
+PROPOSED = 12  # (Bc, order) pairs of the probes' ranking re-ranked by a first replay
 NO_MATMUL = ("not identified: no matmul callable given (an attention call's outputs do not isolate its matrix "
              "unit; pass one to name an attnum.numerics.mma architecture)")
 
@@ -100,19 +103,15 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         probe_calls.extend(rec)
         per_length[S] = structure.consistent(cols, surv, S)
     ranked = structure.rank(per_length)
-    pairs = []
-    for cand in ranked:
-        key = (cand[lengths[0]].block_k, cand[lengths[0]].order)
-        if key not in pairs:
-            pairs.append(key)
-    pairs = pairs[:TOP_STRUCTURES]
-    say(f"fitting inputs; {len(pairs)} tile hypotheses from the probes")
+    say("fitting inputs")
     fit_calls = []
     for S in lengths:
         q, k, v = probes.random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)
         fit_calls.append((q, k, v, t(q, k, v)))
-    policies = search.policy_candidates(dtype)
+    policies = search.policy_candidates(dtype) + search.family_candidates(dtype)  # the flash policies first
     replays = search.Replays()  # one replay per (call, structure at its length, merge if split, policy)
+    pairs = _proposed(ranked, lengths, [*search.family_candidates(dtype)[:1], policies[0]], probe_calls, replays)
+    say(f"{len(pairs)} tile hypotheses from the probes")
     found, tried, staged = [], [], []
     for bc, order in pairs:
         say(f"split probes for Bc={bc} ({order})")
@@ -159,6 +158,33 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
     return doc
 
 
+def _proposed(ranked, lengths, first_policies, probe_calls, replays) -> list[tuple[int, str]]:
+    """The (Bc, order) pairs to test, at most :data:`TOP_STRUCTURES`. The probes rank structures by how
+    many probes they leave unknown, which favours one chain over split ones (a probe across splits is
+    unknown by construction), so the first :data:`PROPOSED` pairs are re-ranked by replaying their ranked
+    structures on the probe calls under ``first_policies``: by the best fraction of probes, across splits
+    too, whose e survives as the target's did (exact sums: hardly a matter of the policy), the probes'
+    rank breaking ties. A pair's replays stop once it cannot enter the best :data:`TOP_STRUCTURES`; the
+    first policy (attnum's flash, the slower replay) scores only a pair's best-ranked structure. Only the
+    order of the search changes, before any split probe spends a target call."""
+    structures: dict[tuple, list[dict]] = {}
+    for cand in ranked:
+        structures.setdefault((cand[lengths[0]].block_k, cand[lengths[0]].order), []).append(cand)
+    scored: list[tuple] = []
+    with one_thread():  # the emulation's bits do not depend on the thread count
+        for i, ((bc, order), cands) in enumerate(list(structures.items())[:PROPOSED]):
+            floor = -sorted(scored)[TOP_STRUCTURES - 1][0] if len(scored) >= TOP_STRUCTURES else 0.0
+            best = 0.0
+            for n, c in enumerate(cands):
+                bounds = {S: c[S].bounds(S) for S in lengths}
+                for p in first_policies:
+                    cand = search.Candidate(bounds, bc, order, "online" if isinstance(p, SumDecode) else "lse", p)
+                    if search.pairs_with(p, order, cand.merge) and (n == 0 or isinstance(p, SumDecode)):
+                        best = max(best, search.survival_match(cand, probe_calls, replays, max(floor, best)))
+            scored.append((-best, i, bc, order))
+    return [(bc, order) for *_, bc, order in sorted(scored)[:TOP_STRUCTURES]]
+
+
 def _combos(options: dict[int, list]) -> list[dict]:
     """Every choice of one bounds option per length (at most 32, in option order)."""
     combos = [{}]
@@ -168,11 +194,16 @@ def _combos(options: dict[int, list]) -> list[dict]:
 
 
 def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
-    from attnum.audit.fingerprint.rules import matching_rules
+    from attnum.audit.fingerprint.rules import matching_cuts, matching_rules
 
     splits = {str(S): len(best.bounds[S]) for S in lengths}
     merges = sorted({c.merge for c in found if c.merge})
     structures = {(c.block_k, c.order, tuple(sorted(c.bounds.items()))) for c in found}
+    others = []
+    for c in found:
+        alt = {str(S): [list(r) for r in c.bounds[S]] for S in lengths}
+        if c.bounds != best.bounds and alt not in others:
+            others.append(alt)
     spec = search.policy_spec(best.policy)
     return {
         "kv_block": best.block_k,
@@ -180,11 +211,15 @@ def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
         "structure_determined": len(structures) == 1,
         "splits": splits,
         "split_bounds": {str(S): [list(r) for r in best.bounds[S]] for S in lengths},
+        "split_alternatives": others,
         "split_rules": matching_rules(best.bounds, best.block_k, best.order, heads=heads, d=d),
+        "split_cuts": matching_cuts(best.bounds),
         "merge": (merges[0] if len(merges) == 1 else {"undetermined": merges}) if merges else "none (one split)",
         "sites": search.site_table(found),
         "policy": spec,
         "candidates": len(found),
+        "tile_arithmetic": (best.policy.describe() if isinstance(best.policy, SumDecode)
+                            else "matmul per tile (attnum's flash / decode emulation)"),
         "reproduction": _reproduction(best, spec, lengths),
         "bit_exact_fraction": frac,
         "residual_ulp": resid,
@@ -194,6 +229,9 @@ def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
 
 
 def _reproduction(best, spec: str, lengths) -> str:
+    if isinstance(best.policy, SumDecode):
+        return (f"attnum.kernels.triton_sum_decode.sum_decode(q, k, v, bounds=split_bounds[S], "
+                f"block_k={best.block_k}, fused={best.policy.fused})")
     if all(len(best.bounds[S]) == 1 for S in lengths):
         return (f"attnum.flash_attention(q, k, v, policy={spec!r}, block_k={best.block_k}, "
                 f"kv_order={best.order!r})")

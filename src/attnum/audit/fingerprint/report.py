@@ -24,6 +24,8 @@ def rows(doc: dict) -> list[list[object]]:
         rules = doc.get("split_rules") or []
         out.append(["split rules that cut alike", ", ".join(r["rule"] + ("" if r["tile_matches"] else " (other tile)")
                                                            for r in rules) or "none of attnum.attention.split_rules"])
+        if doc.get("split_cuts"):
+            out.append(["split cut", ", ".join(doc["split_cuts"])])
         merge = doc["merge"]
         out.append(["merge", merge if isinstance(merge, str) else "undetermined: " + ", ".join(merge["undetermined"])])
         for site, row in doc["sites"].items():

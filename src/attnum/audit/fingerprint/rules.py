@@ -4,11 +4,41 @@ A rule matches when, at every probed length S (B = 1 sequence, H heads = kv head
 plan's non-empty key ranges are the fingerprint's split ranges (empty splits merge as the identity,
 so they leave no trace in the outputs). The tile and the walk order are compared too; a rule that
 matches the cut but not the tile is listed with that difference.
+
+A rule picks the split count; a kernel asked for a count (``--num-splits``) only cuts. :func:`matching_cuts`
+names the cuts that give the found ranges from the found count at every length.
 """
 
 from __future__ import annotations
 
-from attnum.attention.split_rules import plan_splits
+from attnum.attention.split_rules import fa2_cut, plan_splits, sglang_cut
+
+CUTS = {
+    "sglang": "ceil(ceil(S / n) / 32) * 32 keys per split (SGLang's decode_attention.py)",
+    "even": "ceil(S / n) keys per split (vLLM's and LightLLM's triton decode kernels)",
+    "fa2": "ceil(ceil(S / 128) / n) blocks of 128 keys per split (FlashAttention-2's split-KV)",
+}
+
+
+def _cut(name: str, S: int, n: int) -> tuple:
+    if name == "sglang":
+        ranges = sglang_cut(S, n)
+    elif name == "fa2":
+        ranges = fa2_cut(S, num_splits=n, max_seqlen=S, block_n=128)
+    else:
+        per = -(-S // n)
+        ranges = tuple((s * per, min((s + 1) * per, S)) for s in range(n))
+    return tuple((j0, j1) for j0, j1 in ranges if j1 > j0)
+
+
+def matching_cuts(bounds: dict) -> list[str]:
+    """The names of :data:`CUTS` that give ``bounds`` ({S: ranges}) from its split count at every length
+    where the sequence is split (none when no length is)."""
+    split = {S: tuple(map(tuple, r)) for S, r in bounds.items() if len(r) > 1}
+    if not split:
+        return []
+    return [name for name in CUTS
+            if all(any(_cut(name, S, n) == r for n in range(len(r), 2 * len(r) + 1)) for S, r in split.items())]
 
 
 def _rules(bounds: dict) -> list[str]:

@@ -12,6 +12,11 @@ Policies tried (:func:`policy_candidates`): the named policies in the input form
 one site (scores, exp, probs, row_sum, rescale, acc, out) moved to another of bf16, fp16, fp32, or the
 normalisation switched between division and reciprocal. Every policy reproducing the fitting inputs is
 kept: a site on which they disagree is reported as undetermined, never guessed.
+
+Beside attnum's policies, whose tiles are matmuls, the search tries the element-wise Triton decode
+arithmetic (:class:`attnum.kernels.triton_sum_decode.SumDecode`, with and without FP fusion): the
+``tl.sum`` of products of LightLLM's, SGLang's and vLLM's decode kernels under attnum's Triton model,
+walked forward, its splits merged online.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from attnum.attention.decode import decode_attention
 from attnum.attention.split_rules import SplitPlan
 from attnum.audit.fingerprint.probes import bits, survival
+from attnum.kernels.triton_sum_decode import SumDecode, sum_decode
 from attnum.numerics.formats import format_of_dtype, get_format
 from attnum.numerics.metrics import ulp
 from attnum.numerics.policy import Policy, parse_policy
@@ -42,11 +48,13 @@ class Candidate:
     block_k: int
     order: str
     merge: str | None
-    policy: Policy
+    policy: Policy | SumDecode
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The candidate on (1, H, 1, d) queries against S keys, in q's dtype."""
         S = k.shape[-2]
+        if isinstance(self.policy, SumDecode):
+            return sum_decode(q, k, v, bounds=self.bounds[S], block_k=self.block_k, fused=self.policy.fused)
         plan = SplitPlan((self.bounds[S],), self.block_k, self.merge or "lse", kv_order=self.order)
         out = decode_attention(q, k, v, is_causal=False, policy=self.policy, split_rule=plan)
         return out.to(q.dtype)
@@ -102,6 +110,18 @@ def policy_candidates(dtype: str) -> list[Policy]:
     return list(out.values())
 
 
+def family_candidates(dtype: str) -> list[SumDecode]:
+    """The element-wise Triton decode arithmetic in ``dtype``, with and without FP fusion."""
+    f = get_format(dtype).name
+    return [SumDecode(f, fused=True), SumDecode(f, fused=False)]
+
+
+def pairs_with(policy, order: str, merge: str | None) -> bool:
+    """Whether ``policy`` can run with this walk order and merge: the Triton decode family walks forward
+    and merges its splits online, its own way."""
+    return not isinstance(policy, SumDecode) or (order == "forward" and merge in (None, "online"))
+
+
 def agrees(cand: Candidate, calls, replays: Replays | None = None) -> bool:
     """Whether ``cand`` reproduces every recorded call ((q, k, v, out)) bit for bit."""
     for q, k, v, out, *_ in calls:
@@ -141,6 +161,20 @@ def same_survival(cand: Candidate, records, replays: Replays | None = None) -> b
     return True
 
 
+def survival_match(cand: Candidate, records, replays: Replays | None = None, floor: float = 0.0) -> float:
+    """The fraction of all swamping probes (across splits too) in which ``cand`` lets e survive exactly
+    when the target did: a structural score that hardly depends on the policy. Once the score cannot
+    reach ``floor`` any more the replays stop, and a value below ``floor`` is returned."""
+    total = sum(len(r[4].plus) for r in records)
+    missed = 0
+    for q, k, v, out, cols in records:
+        n = len(cols.plus)
+        missed += int((survival(_run(cand, q, k, v, replays), n) != survival(out, n)).sum())
+        if missed > (1.0 - floor) * total:
+            break
+    return (total - missed) / total if total else 0.0
+
+
 def structural(structures, base: Policy, records, replays: Replays | None = None) -> list:
     """The structures that predict every known survival (:func:`structure.explains`) and whose replay
     under the ``base`` policy shows the target's survivals within each split."""
@@ -155,19 +189,31 @@ def structural(structures, base: Policy, records, replays: Replays | None = None
     return keep
 
 
+def _found(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays) -> list[Candidate]:
+    split = any(len(b) > 1 for b in bounds.values())
+    found: list[Candidate] = []
+    for m in (merges if split else (None,)):
+        pols = policies if not found else list({id(c.policy): c.policy for c in found}.values())
+        found += [c for p in pols if pairs_with(p, order, m)
+                  and agrees(c := Candidate(bounds, block_k, order, m, p), fit_calls, replays)
+                  and agrees(c, probe_calls, replays)]
+    return found
+
+
 def fit(structures, merges, policies, fit_calls, probe_calls, replays: Replays | None = None) -> list[Candidate]:
     """Every (structure, merge, policy) reproducing the fitting calls, then the probe calls; the first
     structure with any wins. Merges are tried in turn; once one fits, the others are tried with the
-    policies that fitted (policies and merge methods act on different steps)."""
+    policies that fitted (policies and merge methods act on different steps). The later structures are
+    then replayed under the policies that fitted: those that reproduce too are returned after the
+    winner's candidates (the structure is undetermined: a split of a single tile, for one, can show
+    only in its merge's last bits, which a 16-bit output may round away)."""
     with one_thread():  # the emulation's bits do not depend on the thread count
-        for bounds, block_k, order in structures:
-            split = any(len(b) > 1 for b in bounds.values())
-            found: list[Candidate] = []
-            for m in (merges if split else (None,)):
-                pols = policies if not found else list({id(c.policy): c.policy for c in found}.values())
-                found += [c for p in pols if agrees(c := Candidate(bounds, block_k, order, m, p), fit_calls, replays)
-                          and agrees(c, probe_calls, replays)]
+        for i, (bounds, block_k, order) in enumerate(structures):
+            found = _found(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays)
             if found:
+                pols = list({id(c.policy): c.policy for c in found}.values())
+                for other in structures[i + 1:]:
+                    found += _found(*other, merges, pols, fit_calls, probe_calls, replays)
                 return found
     return []
 
@@ -181,22 +227,35 @@ def closeness(bounds: dict, block_k: int, order: str, policies, calls, replays: 
     return best
 
 
+def _site(p, site: str) -> str:
+    return p.sites()[site] if isinstance(p, SumDecode) else getattr(p, site).name
+
+
+def _knob(p, knob: str) -> str:
+    if isinstance(p, SumDecode):
+        return {"normalize": "divide", "exp2": "native", "tile": p.spec()}[knob]
+    return "matmul" if knob == "tile" else str(getattr(p, knob))
+
+
 def site_table(cands: list[Candidate]) -> dict[str, dict]:
-    """site -> {format, determined, alternatives} over the exact candidates (their first as the answer)."""
+    """site -> {format, determined, alternatives} over the exact candidates (their first as the answer);
+    also the knobs normalize, exp2 and tile (attnum's tile matmuls, or the Triton decode family's)."""
     first = cands[0].policy
     table = {}
     for site in OBSERVED_SITES:
-        names = sorted({getattr(c.policy, site).name for c in cands})
-        table[site] = {"format": getattr(first, site).name, "rounding": "nearest-even",
+        names = sorted({_site(c.policy, site) for c in cands})
+        table[site] = {"format": _site(first, site), "rounding": "nearest-even",
                        "determined": len(names) == 1, "alternatives": names}
-    for knob in ("normalize", "exp2"):
-        vals = sorted({str(getattr(c.policy, knob)) for c in cands})
-        table[knob] = {"format": str(getattr(first, knob)), "determined": len(vals) == 1, "alternatives": vals}
+    for knob in ("normalize", "exp2", "tile"):
+        vals = sorted({_knob(c.policy, knob) for c in cands})
+        table[knob] = {"format": _knob(first, knob), "determined": len(vals) == 1, "alternatives": vals}
     return table
 
 
-def policy_spec(p: Policy) -> str:
-    """A policy string that parses back to ``p``'s arithmetic."""
+def policy_spec(p: Policy | SumDecode) -> str:
+    """A policy string that parses back to ``p``'s arithmetic (the Triton decode family: its name)."""
+    if isinstance(p, SumDecode):
+        return p.spec()
     base = p.name.split(",")[0]
     ref = parse_policy(base) if base else None
     over = []

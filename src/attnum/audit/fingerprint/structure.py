@@ -1,8 +1,9 @@
 """Summation structure over keys from the swamping probes (:mod:`attnum.audit.fingerprint.probes`).
 
-A *structure* is (Bc, span, order): keys are summed in tiles of Bc keys (global tile t = key // Bc),
-each split of ``span`` keys (a whole number of tiles; None: one split) is one online-softmax chain over
-its tiles walked ``forward`` or ``reverse``, and the splits' partial states are merged. Given a probe
+A *structure* is (Bc, span, order): each split of ``span`` keys (None: one split) is one online-softmax
+chain over tiles of Bc keys counted from the split's start (the last one shorter when Bc does not
+divide the span: vLLM's triton decode cuts ceil(S / n) keys per split and tiles each from its start),
+walked ``forward`` or ``reverse``, and the splits' partial states are merged. Given a probe
 (+M at p, -M at m, e at x), the structure predicts whether e survives:
 
 - p and m in different splits: *unknown* (the split holding M or -M swamps an e of its own; an e in a
@@ -52,12 +53,14 @@ def predict(cols: SwampColumns, *, block_k: int, span: int | None, order: str, S
     starting at ``starts`` (besides 0) when given."""
     p, m, x = cols.plus, cols.minus, cols.epos
     if starts is not None:
-        edges = np.asarray(starts, dtype=np.int64)
-        sP, sM, sX = (np.searchsorted(edges, a, side="right") for a in (p, m, x))
+        edges = np.asarray((0, *starts), dtype=np.int64)
+        sP, sM, sX = (np.searchsorted(edges, a, side="right") - 1 for a in (p, m, x))
+        oP, oM, oX = edges[sP], edges[sM], edges[sX]
     else:
         sp = span if span is not None else S
         sP, sM, sX = p // sp, m // sp, x // sp
-    tP, tM, tX = p // block_k, m // block_k, x // block_k
+        oP, oM, oX = sP * sp, sM * sp, sX * sp
+    tP, tM, tX = (p - oP) // block_k, (m - oM) // block_k, (x - oX) // block_k  # tiles from the split's start
     sign = 1 if order == "forward" else -1
     rP, rM, rX = sign * tP, sign * tM, sign * tX
     out = np.zeros(len(p), dtype=np.int8)
@@ -85,15 +88,27 @@ def tile_candidates(cols: SwampColumns, survived: np.ndarray, S: int) -> list[in
     return sorted({1, *keep, S - 1, S})
 
 
+def cut_spans(S: int, most: int = 64) -> set[int]:
+    """Split sizes below S of the cuts that are not whole tiles: ceil(S / n) (vLLM's and LightLLM's triton
+    decode) and ceil(ceil(S / n) / a) a for a = 16, 32, 64 (SGLang: a = 32), n = 2 .. ``most``."""
+    out = set()
+    for n in range(2, most + 1):
+        per = -(-S // n)
+        out |= {per, *(-(-per // a) * a for a in (16, 32, 64))}
+    return {s for s in out if 0 < s < S}
+
+
 def consistent(cols: SwampColumns, survived: np.ndarray, S: int, *, block_ks=None) -> dict[tuple, int]:
     """{(Bc, span, order): unknown count} for every structure agreeing with ``survived`` at S keys.
 
-    Bc runs over 1 .. S (Bc = S: the whole key range in one tile) or ``block_ks``; span over None and
-    every multiple of Bc below S."""
+    Bc runs over 1 .. S (Bc = S: the whole key range in one tile) or ``block_ks``; span over None, every
+    multiple of Bc below S, and, for a Bc that is a multiple of 16 (the tiles of GPU kernels: Triton's
+    BLOCK_N is a power of 2 >= 16), the split sizes of :func:`cut_spans`."""
     obs = survived.astype(np.int8)
     found = {}
+    cuts = cut_spans(S)
     for bc in (tile_candidates(cols, survived, S) if block_ks is None else block_ks):
-        spans = [None] + list(range(bc, S, bc))
+        spans = [None] + sorted(set(range(bc, S, bc)) | (cuts if bc % 16 == 0 else set()))
         for span in spans:
             for order in ORDERS:
                 pred = predict(cols, block_k=bc, span=span, order=order, S=S)
@@ -106,23 +121,38 @@ def consistent(cols: SwampColumns, survived: np.ndarray, S: int, *, block_ks=Non
 def rank(per_length: dict[int, dict[tuple, int]], limit: int = 12) -> list[dict[int, Structure]]:
     """Joint candidates over the probed lengths: one Bc and one order for every length (the span may
     change with the length: that is the split rule), ranked by the total unknown count; spans tied at
-    one length give one candidate each."""
+    one length give one candidate each (up to 4 per pair), for the best ``limit`` (Bc, order) pairs."""
     lengths = sorted(per_length)
-    keys = None
-    for S in lengths:
-        ks = {(bc, order) for bc, _, order in per_length[S]}
-        keys = ks if keys is None else keys & ks
+    # A tile at least as long as its split is the whole split, whatever its length: (Bc', span) with
+    # Bc' >= span predicts as (Bc, span) for every Bc >= span. A length where the splits are shorter
+    # than the tile cannot show the tile, so it must not veto it.
+    whole = {S: {(span, o): u for (b, span, o), u in per_length[S].items() if span is not None and b >= span}
+             for S in lengths}
+    every = {(bc, order) for S in lengths for bc, _, order in per_length[S]}
+    keys = {(bc, order) for bc, order in every
+            if all(any(b == bc and o == order for b, _, o in per_length[S])
+                   or any(o == order and bc >= span for span, o in whole[S]) for S in lengths)}
     joint = []
-    for bc, order in keys or ():
+    for bc, order in keys:
         options = []
         for S in lengths:
             here = {span: u for (b, span, o), u in per_length[S].items() if b == bc and o == order}
+            for (span, o), u in whole[S].items():
+                if o == order and bc >= span and span not in here:
+                    here[span] = u
             best = min(here.values())
             options.append([Structure(best, bc, span, order) for span, u in here.items() if u == best])
         for combo in itertools.islice(itertools.product(*options), 4):
             joint.append((sum(s.unknown for s in combo), bc, order, dict(zip(lengths, combo, strict=True))))
     joint.sort(key=lambda t: (t[0], t[1], t[2]))
-    return [c for *_, c in joint[:limit]]
+    pairs: set[tuple] = set()
+    out = []
+    for _u, bc, order, c in joint:  # the best-ranked ``limit`` (Bc, order) pairs, each with its span choices
+        if (bc, order) not in pairs and len(pairs) == limit:
+            continue
+        pairs.add((bc, order))
+        out.append(c)
+    return out
 
 
 def boundaries(starts: np.ndarray, survived: np.ndarray) -> tuple[int, ...]:
