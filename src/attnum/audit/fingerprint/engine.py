@@ -122,14 +122,24 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         # rank the true tile first. The closest replay of the fitting inputs goes first, and among near
         # ties (to 0.1) the larger tile (a 1-key chain is rare and the slowest to replay). Only the order
         # of the search changes: every answer is still the replay's.
-        close = search.closeness(combos[0], bc, order, policies[:2], fit_calls[:1], replays)
-        staged.append((-round(close, 1), -bc, len(staged), bc, order, combos))
-    for *_, bc, order, combos in sorted(staged, key=lambda x: x[:3]):
+        # Then the fewer splits: a split of one tile merged online can equal a chain of tiles but for
+        # its last fp32 bits, which a 16-bit output may round away.
+        close = search.closeness(combos[0], bc, order, policies[:2] + search.family_candidates(dtype)[:1],
+                                 fit_calls[:1], replays)
+        n_splits = sum(len(b) for b in combos[0].values())
+        staged.append((-round(close, 1), n_splits, -bc, len(staged), bc, order, combos))
+    staged.sort(key=lambda x: x[:4])
+    for n, (*_, bc, order, combos) in enumerate(staged):
         say(f"replay for Bc={bc} ({order})")
         shaped = search.structural([(b, bc, order) for b in combos], policies[0], probe_calls, replays)
         tried.append({"kv_block": bc, "order": order, "bounds_options": len(combos), "structural": len(shaped)})
         found = search.fit(shaped, MERGES, policies, fit_calls, probe_calls, replays)
-        if found:
+        if found:  # the other tile hypotheses' structures that reproduce under the policies that fitted
+            pols = list({id(c.policy): c.policy for c in found}.values())
+            with one_thread():
+                for *_, bc2, order2, combos2 in staged[n + 1:]:
+                    for b in combos2[:8]:
+                        found += search.found_for(b, bc2, order2, MERGES, pols, fit_calls, probe_calls, replays)
             break
     doc = {"dtype": dtype, "lengths": list(lengths), "heads": heads, "head_dim": d, "hypotheses": tried}
     if not found:
@@ -140,7 +150,9 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
         for S in lengths:
             q, k, v = probes.random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed + 1)
             fresh.append((q, k, v, t(q, k, v)))
-        best = found[0]
+        # Of the structures that reproduce, the one with the fewest splits (a chain of tiles and the same
+        # tiles as splits merged online in order differ in fp32 last bits only); the others are listed.
+        best = min(found, key=lambda c: (sum(len(b) for b in c.bounds.values()), found.index(c)))
         frac, resid = search.exact_fraction(best, fresh)
         doc.update(_explained(found, best, frac, resid, lengths, heads, d))
     if matmul is None:
@@ -197,12 +209,14 @@ def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
     from attnum.audit.fingerprint.rules import matching_cuts, matching_rules
 
     splits = {str(S): len(best.bounds[S]) for S in lengths}
-    merges = sorted({c.merge for c in found if c.merge})
+    same = [c for c in found if (c.bounds, c.block_k, c.order) == (best.bounds, best.block_k, best.order)]
+    merges = sorted({c.merge for c in same if c.merge})
     structures = {(c.block_k, c.order, tuple(sorted(c.bounds.items()))) for c in found}
     others = []
     for c in found:
-        alt = {str(S): [list(r) for r in c.bounds[S]] for S in lengths}
-        if c.bounds != best.bounds and alt not in others:
+        alt = {"kv_block": c.block_k, "kv_order": c.order,
+               "split_bounds": {str(S): [list(r) for r in c.bounds[S]] for S in lengths}}
+        if (c.bounds, c.block_k, c.order) != (best.bounds, best.block_k, best.order) and alt not in others:
             others.append(alt)
     spec = search.policy_spec(best.policy)
     return {
@@ -211,11 +225,11 @@ def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
         "structure_determined": len(structures) == 1,
         "splits": splits,
         "split_bounds": {str(S): [list(r) for r in best.bounds[S]] for S in lengths},
-        "split_alternatives": others,
+        "structure_alternatives": others,
         "split_rules": matching_rules(best.bounds, best.block_k, best.order, heads=heads, d=d),
         "split_cuts": matching_cuts(best.bounds),
         "merge": (merges[0] if len(merges) == 1 else {"undetermined": merges}) if merges else "none (one split)",
-        "sites": search.site_table(found),
+        "sites": search.site_table([best] + [c for c in found if c is not best]),
         "policy": spec,
         "candidates": len(found),
         "tile_arithmetic": (best.policy.describe() if isinstance(best.policy, SumDecode)

@@ -189,7 +189,8 @@ def structural(structures, base: Policy, records, replays: Replays | None = None
     return keep
 
 
-def _found(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays) -> list[Candidate]:
+def found_for(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays) -> list[Candidate]:
+    """The (merge, policy) candidates of one structure that reproduce the fitting and the probe calls."""
     split = any(len(b) > 1 for b in bounds.values())
     found: list[Candidate] = []
     for m in (merges if split else (None,)):
@@ -209,11 +210,11 @@ def fit(structures, merges, policies, fit_calls, probe_calls, replays: Replays |
     only in its merge's last bits, which a 16-bit output may round away)."""
     with one_thread():  # the emulation's bits do not depend on the thread count
         for i, (bounds, block_k, order) in enumerate(structures):
-            found = _found(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays)
+            found = found_for(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays)
             if found:
                 pols = list({id(c.policy): c.policy for c in found}.values())
                 for other in structures[i + 1:]:
-                    found += _found(*other, merges, pols, fit_calls, probe_calls, replays)
+                    found += found_for(*other, merges, pols, fit_calls, probe_calls, replays)
                 return found
     return []
 
