@@ -20,6 +20,9 @@ def rows(doc: dict) -> list[list[object]]:
         out.append(["KV tile Bc", f"{doc['kv_block']} keys, walked {doc['kv_order']}"
                     + ("" if doc.get("structure_determined", True) else " (other structures also fit)")])
         out.append(["splits", ", ".join(f"S={S}: {n}" for S, n in doc["splits"].items())])
+        for alt in doc.get("structure_alternatives") or []:
+            out.append(["also reproduces", f"Bc={alt['kv_block']} {alt['kv_order']}, splits "
+                        + ", ".join(f"S={S}: {len(r)}" for S, r in alt["split_bounds"].items())])
         out.append(["split ranges", "; ".join(f"S={S}: {r}" for S, r in doc["split_bounds"].items())])
         rules = doc.get("split_rules") or []
         out.append(["split rules that cut alike", ", ".join(r["rule"] + ("" if r["tile_matches"] else " (other tile)")
