@@ -51,6 +51,9 @@ def cases(name, ctx, numerics="faithful"):
         out.append(ctx.check("prefill N=16 S=40 causal", q, k, v, is_causal=True, enable_gqa=True))
         if name in ("sglang-extend", "vllm-prefix-prefill"):
             return out
+    if name == "vllm-unified":  # N > 1 queries per sequence: its (B, H, N, d) ``out`` is a copy token-major
+        q, k, v, lens = decode_inputs(ctx, B=3, H=4, G=2, N=4, S=40, d=32, lens=(37, 5, 4), salt=9)
+        out.append(decode_case(ctx, "decode N=4 L=(37, 5, 4) causal", q, k, v, cache_seqlens=lens, is_causal=True))
     q, k, v, lens = decode_inputs(ctx, B=2, H=4, G=2, N=1, S=64, d=64, lens=(64, 17), salt=5)
     out.append(decode_case(ctx, "decode N=1 L=(64, 17) splits=2", q, k, v, cache_seqlens=lens, num_splits=2,
                            check_lse=name == "vllm-triton-decode"))

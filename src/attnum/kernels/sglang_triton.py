@@ -72,17 +72,14 @@ def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         raise NotImplementedError("sglang extend_attention_fwd: the N queries are the last N of S keys (S >= N >= 1)")
     prefix = S - N
 
-    def tokens(x):  # (B, G, N, d) -> (B N, G, d)
-        return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[-1]).contiguous()
-
     k_buf, v_buf, indptr, indices = lay.token_pool(key, value, [prefix] * B)
-    q_ext, k_ext, v_ext = tokens(query), tokens(key[:, :, prefix:]), tokens(value[:, :, prefix:])
+    q_ext, k_ext, v_ext = lay.tokens(query), lay.tokens(key[:, :, prefix:]), lay.tokens(value[:, :, prefix:])
     o = torch.empty(B * N, H, value.shape[-1], dtype=query.dtype, device=query.device)
     qo = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=query.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _mod("extend_attention").extend_attention_fwd(q_ext, k_ext, v_ext, o, k_buf, v_buf, qo, indptr, indices, None,
                                                    bool(is_causal), None, N, sm_scale)
-    return o.reshape(B, N, H, -1).permute(0, 2, 1, 3)
+    return lay.untokens(o, B, N)
 
 
 def context_varlen(qs, ks, vs, *, is_causal=True):

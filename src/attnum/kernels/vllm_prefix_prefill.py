@@ -67,14 +67,6 @@ def _run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok):
     return out_tok
 
 
-def _tokens(x):  # (B, H, N, d) -> (B N, H, d)
-    return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[-1]).contiguous()
-
-
-def _untokens(x, B, N):  # (B N, H, d) -> (B, H, N, d)
-    return x.reshape(B, N, x.shape[1], x.shape[-1]).permute(0, 2, 1, 3).contiguous()
-
-
 def _check(q, k, v):
     if k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
         raise NotImplementedError("vllm prefix_prefill: head dims of Q, K, V equal only")
@@ -88,8 +80,8 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     S = key.shape[2]
     kp, vp, table = lay.pages_of(key, value, [S] * B, PAGE)
     out = torch.empty(B * N, H, query.shape[-1], dtype=query.dtype, device=query.device)
-    _run(_tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out)
-    return _untokens(out, B, N)
+    _run(lay.tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out)
+    return lay.untokens(out, B, N).contiguous()
 
 
 def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
@@ -102,14 +94,9 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     lens = lay.lengths(cache_seqlens)
     if block_table is None:
         k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
-    # the kernel writes token-major rows; a caller's (B, H, N, d) ``out`` is filled from them (its token view
-    # is a copy, so writing there alone would leave ``out`` unwritten: the audit's poison check saw it)
-    buf = torch.empty(B * N, H, d, dtype=q.dtype, device=q.device)
-    _run(_tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
-    if out is None:
-        return _untokens(buf, B, N)
-    out.copy_(_untokens(buf, B, N))
-    return out
+    buf = lay.token_out(out, B, N, H, d, q)
+    _run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
+    return lay.written(out, buf, B, N)
 
 
 PREFIX_PREFILL = ServingTarget("vllm-prefix-prefill", sdpa=sdpa, decode=decode, lse_base="e",

@@ -51,14 +51,6 @@ def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, ca
     return out_tok
 
 
-def _tokens(x):  # (B, H, N, d) -> (B N, H, d)
-    return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[-1]).contiguous()
-
-
-def _untokens(x, B, N):  # (B N, H, d) -> (B, H, N, d)
-    return x.reshape(B, N, x.shape[1], x.shape[-1]).permute(0, 2, 1, 3)
-
-
 def _check(q, v):
     if v.shape[-1] != q.shape[-1]:
         raise NotImplementedError("vllm unified_attention: head dim of V == head dim of Q only")
@@ -78,9 +70,9 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     used = torch.full((B,), S, dtype=torch.int32, device=dev)
     out = torch.empty(B * N, H, d, dtype=query.dtype, device=dev)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    _unified(_tokens(query), kp, vp, out, cu_q=cu_q, used_k=used, max_q=N, scale=sc, causal=bool(is_causal),
+    _unified(lay.tokens(query), kp, vp, out, cu_q=cu_q, used_k=used, max_q=N, scale=sc, causal=bool(is_causal),
              table=table, num_splits=1)
-    return _untokens(out, B, N)
+    return lay.untokens(out, B, N)
 
 
 def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
@@ -96,11 +88,11 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     dev = q.device
     cu_q = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev)
     used = torch.tensor(lens, dtype=torch.int32, device=dev)
-    buf = _tokens(out) if out is not None else torch.empty(B * N, H, d, dtype=q.dtype, device=dev)
+    buf = lay.token_out(out, B, N, H, d, q)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    _unified(_tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
+    _unified(lay.tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
              causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits)
-    return _untokens(buf, B, N).contiguous()
+    return lay.written(out, buf, B, N).contiguous()
 
 
 def varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
