@@ -241,3 +241,24 @@ def test_a_specs_all_kernels_leaves_out_the_interpreted_ones():
     assert set(every) == set(KERNELS) - interpreted and "torch-sdpa-math" in every
     named = spec_from_dict({"name": "t", "kernels": ["pallas-mha"], "axes": {"seq_len": [16]}})
     assert named.kernel_names == ("pallas-mha",)
+
+
+@pytest.mark.parametrize("name,declared", [
+    ("torch-sdpa-math", {}),  # SDPA itself: its conventions are the defaults, not a declaration
+    ("flash-attn", {"causal_alignment": "bottom_right", "empty_rows": "zeros"}),  # registry table, with sources
+    ("pallas-mha", {"causal_alignment": "top_left"}),  # a module constant; empty rows unstated
+    ("vllm-unified", {"causal_alignment": "bottom_right"}),  # ServingTarget(causal_alignment=...) only
+    ("vllm-prefix-prefill", {"causal_alignment": "bottom_right", "empty_rows": "zeros"}),
+    ("sglang-decode", {}),
+])
+def test_a_builtin_declares_only_what_its_adapter_states(name, declared):
+    """What an adapter leaves unstated is judged by SDPA's default and the audit says "SDPA default", not
+    "declared" (vllm-unified's empty rows: vLLM states nothing for a query with no key)."""
+    from attnum.audit.config import AuditConfig
+    from attnum.audit.engine import resolve_conventions
+
+    target = resolve(name, "cpu")
+    assert {k: v for k, v in target.declared.items() if k != "emulation"} == declared
+    source = resolve_conventions(AuditConfig(target=name), target.declared)["source"]
+    for field in ("causal_alignment", "empty_rows"):
+        assert source[field] == ("declared" if field in declared else "SDPA default"), (field, source)

@@ -70,6 +70,9 @@ class Kernel:
     dtypes: tuple[torch.dtype, ...] = field(default=_EVERY_DTYPE)
     causal_alignment: str = conventions.DEFAULT_CAUSAL_ALIGNMENT  # see attnum.kernels.conventions
     empty_rows: str = conventions.DEFAULT_EMPTY_ROWS
+    # Which of the two the adapter states (a module constant, _CONVENTIONS with its sources, a
+    # ServingTarget argument); the audit names the others "SDPA default", never "declared".
+    declares: tuple[str, ...] = ()
     # Runs through an interpreter (Pallas interpret mode): an audit target, ~10x too slow for the
     # per-point kernels of a sweep, so a spec's "all" leaves it out (a spec may still name it).
     interpreted: bool = False
@@ -140,10 +143,12 @@ def _adapter(mod) -> Kernel:
     missing package only makes that kernel unavailable. A module may declare its conventions as
     ``CAUSAL_ALIGNMENT`` and ``EMPTY_ROWS``."""
     align, empty = _CONVENTIONS.get(mod.NAME, (conventions.DEFAULT_CAUSAL_ALIGNMENT, conventions.DEFAULT_EMPTY_ROWS))
+    states = tuple(f for f, const in (("causal_alignment", "CAUSAL_ALIGNMENT"), ("empty_rows", "EMPTY_ROWS"))
+                   if mod.NAME in _CONVENTIONS or hasattr(mod, const))
     return Kernel(name=mod.NAME, fn=mod.sdpa, devices=mod.DEVICES, package=mod.PACKAGE, dtypes=mod.DTYPES,
                   doc=(mod.__doc__ or "").strip().splitlines()[0],
                   causal_alignment=getattr(mod, "CAUSAL_ALIGNMENT", align), empty_rows=getattr(mod, "EMPTY_ROWS", empty),
-                  interpreted=getattr(mod, "INTERPRETED", False))
+                  declares=states, interpreted=getattr(mod, "INTERPRETED", False))
 
 
 def _serving_triton(mod, target: serving.ServingTarget, doc: str, *, triton: bool = True) -> Kernel:
@@ -152,9 +157,10 @@ def _serving_triton(mod, target: serving.ServingTarget, doc: str, *, triton: boo
     ``triton=False``: plain PyTorch from a fetched wheel (ring-flash-attn's merge), run as is. All are audit
     targets (``interpreted``): a sweep's "all" leaves them out (a merge has no SDPA entry point anyway)."""
     declared = serving.empty_rows_of(target, "sdpa")
+    states = tuple(f for f in ("causal_alignment", "empty_rows") if hasattr(target, conventions.ATTRIBUTES[f]))
     return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
                   causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
-                  empty_rows=declared, interpreted=True, triton=triton,
+                  empty_rows=declared, declares=states, interpreted=True, triton=triton,
                   requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
 
 
@@ -288,7 +294,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         fn = kern.fn
         if ok and kern.triton and interpreted_triton(spec, device):
             fn = triton_interp.serving_under(kern.fn, numerics, arch)
-        declared = {"causal_alignment": kern.causal_alignment, "empty_rows": kern.empty_rows}
+        declared = {f: getattr(kern, f) for f in kern.declares}
         if kern.emulation:
             declared["emulation"] = kern.emulation
         return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=declared)
