@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -51,7 +53,5 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the README's Quickstart): one worker per core, at most :data:`MAX_AUTO_WORKERS`. Each
     worker holds its own torch, Triton and JAX (about 1 GB), and past 4 the suite's longest test (the audit
     under every CPU capability, 2-3 minutes, itself two processes at a time) bounds the wall time anyway."""
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(MAX_AUTO_WORKERS, cores))

@@ -27,7 +27,7 @@ def test_a_kernel_writing_the_token_buffer_fills_the_callers_out(N):
     B, H, d = 2, 4, 8
     poison = 1234.5
     out = torch.full((B, H, N, d), poison)
-    buf = lay.token_out(out, B, N, H, d, out)
+    buf = lay.token_out(out, out)
     assert buf.data_ptr() != out.data_ptr() and torch.equal(buf, torch.full_like(buf, poison))
     want = torch.randn(B, H, N, d)
     kernel_rows = lay.tokens(want)
@@ -41,7 +41,7 @@ def test_a_kernel_writing_the_token_buffer_fills_the_callers_out(N):
 
 
 def test_without_out_the_result_is_the_token_buffer():
-    buf = lay.token_out(None, 2, 3, 4, 8, torch.zeros(1, dtype=torch.float16))
+    buf = lay.token_out(None, torch.zeros(2, 4, 3, 8, dtype=torch.float16))
     assert buf.shape == (6, 4, 8) and buf.dtype == torch.float16
     buf.copy_(torch.arange(buf.numel(), dtype=torch.float16).reshape(buf.shape))
     got = lay.written(None, buf, 2, 3)

@@ -25,22 +25,25 @@ def untokens(x_tok: torch.Tensor, B: int, N: int) -> torch.Tensor:
     return x_tok.reshape(B, N, x_tok.shape[1], x_tok.shape[-1]).permute(0, 2, 1, 3)
 
 
-def token_out(out: torch.Tensor | None, B: int, N: int, H: int, d: int, like: torch.Tensor) -> torch.Tensor:
-    """The token-major buffer a kernel writes: a copy of the caller's ``out`` (B, H, N, d), whatever it
-    holds, so a row the kernel leaves alone keeps it; a fresh one without ``out``."""
+def token_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
+    """The token-major buffer a kernel writes, shaped as ``q`` (B, H, N, d) (these kernels' dv = d): a
+    copy of the caller's ``out``, whatever it holds, so a row the kernel leaves alone keeps it; a fresh one
+    without ``out``."""
     if out is None:
-        return torch.empty(B * N, H, d, dtype=like.dtype, device=like.device)
+        B, H, N, d = q.shape
+        return torch.empty(B * N, H, d, dtype=q.dtype, device=q.device)
     buf = tokens(out)
     return buf.clone() if buf.data_ptr() == out.data_ptr() else buf  # N = 1: a view; written() copies back
 
 
 def written(out: torch.Tensor | None, out_tok: torch.Tensor, B: int, N: int) -> torch.Tensor:
-    """The kernel's token-major result as (B, H, N, d). With a caller's ``out`` the result is copied into it
-    and ``out`` returned: its token-major view is a copy whenever N > 1, so writing there alone would leave
-    ``out`` unwritten (and the audit's poison check would call rows the kernel wrote unwritten)."""
+    """The kernel's token-major result as (B, H, N, d), contiguous. With a caller's ``out`` the result is
+    copied into it and ``out`` returned: its token-major view is a copy whenever N > 1, so writing there
+    alone would leave ``out`` unwritten (and the audit's poison check would call rows the kernel wrote
+    unwritten)."""
     result = untokens(out_tok, B, N)
     if out is None:
-        return result
+        return result.contiguous()
     out.copy_(result)
     return out
 

@@ -94,7 +94,7 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     lens = lay.lengths(cache_seqlens)
     if block_table is None:
         k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
-    buf = lay.token_out(out, B, N, H, d, q)
+    buf = lay.token_out(out, q)
     _run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
     return lay.written(out, buf, B, N)
 

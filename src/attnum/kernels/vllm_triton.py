@@ -88,11 +88,11 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     dev = q.device
     cu_q = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev)
     used = torch.tensor(lens, dtype=torch.int32, device=dev)
-    buf = lay.token_out(out, B, N, H, d, q)
+    buf = lay.token_out(out, q)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
              causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits)
-    return lay.written(out, buf, B, N).contiguous()
+    return lay.written(out, buf, B, N)
 
 
 def varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
