@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from attnum import flash_attention, golden_attention
 from attnum.attention.baseline import baseline_attention
-from attnum.attention.decode import decode_attention
+from attnum.attention.serving.decode import decode_attention
 from attnum.numerics.formats import get_format
 from attnum.numerics.policy import parse_policy
 

@@ -21,8 +21,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from attnum.attention.decode import decode_attention
-from attnum.attention.paged import paged_decode_attention, to_pages
+from attnum.attention.serving.decode import decode_attention
+from attnum.attention.serving.paged import paged_decode_attention, to_pages
 
 
 def timeit(fn, reps: int = 3) -> float:

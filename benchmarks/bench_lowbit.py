@@ -46,7 +46,7 @@ def main() -> int:
 
     print(f"CPU: {_cpu()}; torch threads {torch.get_num_threads()}")
     if args.exp2:
-        from attnum.attention.exp2 import binade, exp2_poly, ulp_error
+        from attnum.attention.lowbit.exp2 import binade, exp2_poly, ulp_error
 
         x = binade(0)
         t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""attnum.numerics.mma.matmul against mmasim's own operation on the same product (issue 29: at least 50x).
+"""attnum.mma.matmul against mmasim's own operation on the same product (issue 29: at least 50x).
 
     python benchmarks/bench_mma.py [--rows 256] [--reps 5] [--full] [--case all|wgmma|block-scaled]
 
@@ -13,7 +13,7 @@ several GB of memory). The ratio uses the faster of the two mmasim timings. The 
 run, but a loaded machine slows the two unequally).
 
 Block-scaled (``--case block-scaled``): (1024 x 128) @ (128 x 1024) on sm100 with
-``attnum.numerics.mma_scaled.matmul_block_scaled``, two products: MXFP8 (kind::mxf8f6f4, e4m3 x e4m3, block 32,
+``attnum.mma.matmul_block_scaled``, two products: MXFP8 (kind::mxf8f6f4, e4m3 x e4m3, block 32,
 ue8m0 scales; mmasim ``TCGen05MMABlockScale("Blackwell", "m128n256k32.kind::mxf8f6f4.block32.f32.e4m3.e4m3.ue8m0")``
 chained over the 4 k32 instructions through C, as its ST-FDPA takes one block per call) and NVFP4
 (kind::mxf4nvf4, e2m1, block 16, ue4m3; ``"m128n256k64.kind::mxf4nvf4.block16.f32.e2m1.e2m1.ue4m3"`` called
@@ -30,7 +30,7 @@ import time
 import torch
 from bench_core import cpu_model
 
-from attnum.numerics import mma
+from attnum import mma
 
 
 def _time_mmasim(call, rows: int) -> tuple[dict[int, float], torch.Tensor]:
@@ -72,7 +72,7 @@ def block_scaled(args) -> None:
     """The two block-scaled products (see the module docstring)."""
     from mmasim.nv_ptx import TCGen05MMABlockScale
 
-    from attnum.numerics import mma_scaled
+    from attnum import mma as mma_scaled
 
     M, K, N = 1024, 128, 1024
     rows = M if args.full else args.rows
@@ -101,7 +101,7 @@ def block_scaled(args) -> None:
 
     timings, want = _time_mmasim(chained, rows)
     bad = int((got[:rows].view(torch.int32) != want.view(torch.int32)).sum())
-    _report("attnum.numerics.mma_scaled.matmul_block_scaled (MXFP8)", t_attnum, timings, rows, M, N, bad, args.reps)
+    _report("attnum.mma.matmul_block_scaled (MXFP8)", t_attnum, timings, rows, M, N, bad, args.reps)
 
     fp4 = torch.tensor([0.0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
     ca = torch.randint(0, 16, (M, K), generator=gen)
@@ -119,7 +119,7 @@ def block_scaled(args) -> None:
     pb = ((cb[0::2] << 4) | cb[1::2]).to(torch.uint8)
     timings, want = _time_mmasim(lambda: op4(pa, pb, c[:rows], s4a[:rows], s4b), rows)
     bad = int((got[:rows].view(torch.int32) != want.view(torch.int32)).sum())
-    _report("attnum.numerics.mma_scaled.matmul_block_scaled (NVFP4)", t_attnum, timings, rows, M, N, bad, args.reps)
+    _report("attnum.mma.matmul_block_scaled (NVFP4)", t_attnum, timings, rows, M, N, bad, args.reps)
 
 
 def main() -> None:
@@ -152,7 +152,7 @@ def wgmma(args) -> None:
     op = WGMMA("Hopper", "m64n256k16.f32.bf16.bf16")
     timings, want = _time_mmasim(lambda: op(a[:rows], b, c[:rows]), rows)
     bad = int((got[:rows].view(torch.int32) != want.view(torch.int32)).sum())
-    _report("attnum.numerics.mma.matmul", t_attnum, timings, rows, M, N, bad, args.reps)
+    _report("attnum.mma.matmul", t_attnum, timings, rows, M, N, bad, args.reps)
 
 
 if __name__ == "__main__":

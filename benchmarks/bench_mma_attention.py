@@ -6,7 +6,7 @@ CPU, the caller's intra-op threads (torch's BLAS and attnum's MMA kernel both us
 N=4096 (--quick: N=1024), flash with Bc=128. Times
 (minimum over ``--reps`` interleaved rounds) of ``POLICY`` and ``POLICY,mma=sm90``, their ratio against the
 target (<= 10x), and where the time goes: products of the same shapes run alone through
-:func:`attnum.numerics.mma.matmul` (Q K^T and a P V per tile, with P uniform in [0, 1): dense, every
+:func:`attnum.mma.matmul` (Q K^T and a P V per tile, with P uniform in [0, 1): dense, every
 product nonzero, so not the same work as a softmax's P) against the same products by torch's BLAS (the
 floor of exact emulation: the policy without mma is little more than these).
 """
@@ -21,7 +21,7 @@ import torch
 from bench_core import cpu_model
 
 from attnum import flash_attention
-from attnum.numerics import mma
+from attnum import mma
 
 
 def timed(fn, reps: int) -> float:

@@ -15,7 +15,7 @@ import time
 import torch
 
 from attnum import flash_attention
-from attnum.attention.ring import ring_attention
+from attnum.attention.parallel.ring import ring_attention
 
 TARGET = 2.0
 

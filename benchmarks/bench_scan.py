@@ -4,7 +4,7 @@
 
 Prints the scan's wall time, the time to read and split the same file into lines (the baseline,
 timed in the same run), their ratio, the MB/s and the CPU. The tests check growth only (a 4x larger
-file takes < 8x as long, tests/test_robust_scan.py); this script is where the speed is measured.
+file takes < 8x as long, tests/robust/test_robust_scan.py); this script is where the speed is measured.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnum.audit.scan import scan
+from attnum.audit.scan.scanner import scan
 
 UNIT = (
     "import torch\n"

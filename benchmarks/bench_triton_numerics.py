@@ -35,8 +35,8 @@ def main() -> None:
     import _real_kernels_check as lean
 
     from attnum.audit.harness import ProbeContext
-    from attnum.kernels import triton_selftest
     from attnum.kernels.registry import resolve
+    from attnum.kernels.triton import selftest as triton_selftest
     from attnum.numerics.formats import get_format, torch_dtype
 
     torch.set_num_threads(1)

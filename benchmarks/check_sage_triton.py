@@ -1,12 +1,12 @@
 """SageAttention1's real Triton kernels, run on CPU by Triton's interpreter, against attnum's ``sage1`` emulation.
 
-Fetches the ``sageattention==1.0.6`` wheel (``pip download --no-deps``, attnum.kernels.wheels) into
+Fetches the ``sageattention==1.0.6`` wheel (``pip download --no-deps``, attnum.kernels.wheels.source) into
 ``~/.cache/attnum`` (outside the repository; nothing of it is committed), imports its
 ``quant_per_block.per_block_int8`` and
 ``attn_qk_int8_per_block.forward`` with ``TRITON_INTERPRET=1``, and compares on one input with a channel
 bias in K (smoothed as ``sageattn`` does: ``k - k.mean(dim=seq)`` in fp16):
 
-- the INT8 Q and K values and their scales: bit for bit against :func:`attnum.attention.sage_quant.quantize_groups`;
+- the INT8 Q and K values and their scales: bit for bit against :func:`attnum.attention.lowbit.sage_quant.quantize_groups`;
 - the output: against ``sage1:fp16`` (fp16 MMA accumulator every 16 products) and ``sage1:fp16,pv_acc=fp32``,
   and both against the float64 golden value. Triton's raw interpreter evaluates ``tl.dot(p, v,
   out_dtype=fp16)`` with numpy, not with a tensor core's accumulator, so the output is compared, not required
@@ -32,14 +32,14 @@ def main() -> int:
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from attnum.kernels import wheels
+    from attnum.kernels.wheels import source as wheels
 
     wheels.fetch("sageattention")  # the pinned wheel, once, into $ATTNUM_CACHE (attnum kernels fetch sageattention)
     forward = wheels.load("sageattention", "sageattention.attn_qk_int8_per_block").forward
     per_block_int8 = wheels.load("sageattention", "sageattention.quant_per_block").per_block_int8
 
     from attnum.attention import flash_attention, golden_attention
-    from attnum.attention.sage_quant import LOG2E32, f32, quantize_groups, smooth_k
+    from attnum.attention.lowbit.sage_quant import LOG2E32, f32, quantize_groups, smooth_k
     from attnum.numerics.lowbit import SAGE
 
     N, d = args.seq_len, args.head_dim

@@ -5,7 +5,7 @@ BUGGY ON PURPOSE - an audit target for ``attnum audit examples/fp8_kv_fixed_scal
 vLLM's FP8 KV cache (docs/features/quantization/quantized_kvcache.md) uses ``k_scale = v_scale = 1.0``
 unless calibrated. Every K and V entry is divided by that scale and cast to e4m3fn, whose largest value is
 448 and which has no infinity: an entry above ~464 has no code and the non-saturating cast gives NaN,
-silently. The cache here goes through attnum.attention.quant (``kv_cache_quantization("fp8", 1.0)``,
+silently. The cache here goes through attnum.attention.lowbit.quant (``kv_cache_quantization("fp8", 1.0)``,
 ``quantize_kv_cache``) before attention, and every entry the quantizer sends out of range is NaN in the
 cache the kernel attends over. The attention itself is attnum's decode (``decode:fa2``: bottom-right causal,
 pages, natural LSE) in one pass (split counts are ignored, so the output is split-invariant bit for bit),
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention.quant import kv_cache_quantization, quantize_kv_cache
+from attnum.attention.lowbit.quant import kv_cache_quantization, quantize_kv_cache
 from attnum.kernels.serving import ServingTarget, reference
 
 KV_CACHE = kv_cache_quantization("fp8", 1.0)  # e4m3fn, one scale per tensor, fixed at vLLM's default 1.0

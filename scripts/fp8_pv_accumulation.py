@@ -4,7 +4,7 @@
 
 P (rows x n) is FlashAttention-3's FP8 P: 256 * exp(s - max s) of standard-normal scores, cast to e4m3;
 V (n x dv) is e4m3 of |N(0, 1)| (positive) or N(0, 1) (mixed sign). For n = 1k .. 32k keys it computes
-P V with :func:`attnum.numerics.mma.matmul`:
+P V with :func:`attnum.mma.matmul`:
 - ``sm90 one level``: the whole n onto one accumulator (FA3: O is the wgmma accumulator for every tile;
   Triton's default ``max_num_imprecise_acc`` 2**30), the 13-bit FP8 wgmma accumulation;
 - ``sm90 two level``: every 128 keys from a zero accumulator, each partial added into an fp32 buffer with
@@ -21,7 +21,7 @@ import argparse
 
 import torch
 
-from attnum.numerics import mma
+from attnum import mma
 from attnum.numerics.rounding import round_to
 
 E4M3 = torch.float8_e4m3fn

@@ -1,7 +1,7 @@
 """Print the Policy field list of docs/core-api.md, generated from the dataclass.
 
 ``python scripts/policy_fields.py`` prints the block that sits between ``<!-- policy-fields:start -->``
-and ``<!-- policy-fields:end -->`` in docs/core-api.md; ``tests/test_docs.py`` checks that the two agree,
+and ``<!-- policy-fields:end -->`` in docs/core-api.md; ``tests/project/test_docs.py`` checks that the two agree,
 and that every field of ``attnum.numerics.policy.Policy`` has a description here.
 """
 
@@ -29,7 +29,7 @@ DESCRIPTIONS = {
     "rescale_threshold": "None (rescale whenever the row maximum grows) or T > 0: FA4's lazy rescaling, the running "
                          "maximum kept until it grows by more than T (log2 units), corrected at the end",
     "mma": "None, or a GPU architecture (sm80, sm90, hopper, ...): the matmul sites as its tensor-core "
-           "instructions (attnum.numerics.mma; flash's P·V onto O inside the MMA)",
+           "instructions (attnum.mma; flash's P·V onto O inside the MMA)",
     "lowbit": "None, or a SageAttention scheme (attnum.numerics.lowbit.LowBit: INT8/INT4/FP8/NVFP4 quantizers, smoothing, "
               "P·V format and accumulator) that flash and baseline then run",
     "name": "the policy's display name (not compared)",

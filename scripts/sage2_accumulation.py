@@ -5,7 +5,7 @@
 Q (B=1, H=2, N=64, d=64) of N(0, 0.01) (a flat softmax: every key counts), K of N(0, 1), V uniform in [0, 1)
 (positive: the accumulation loss is one-sided), against the float64 golden: RMSE and mean signed error of
 ``sage2:bf16`` with its P V accumulator as attnum modelled it before (``fp22``: e8m13 rounded to nearest
-every 32 products) and as Hopper's wgmma (``pv_acc=sm90``: :func:`attnum.numerics.mma.matmul`), each with
+every 32 products) and as Hopper's wgmma (``pv_acc=sm90``: :func:`attnum.mma.matmul`), each with
 SageAttention2's two-level accumulation (every 64-key tile from zero, added into fp32) and without.
 """
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_fla_nsa.py in a child process with TRITON_INTERPRET=1: fla's NSA top-k selection
+"""Run by tests/kernels/adapters/test_fla_nsa.py in a child process with TRITON_INTERPRET=1: fla's NSA top-k selection
 (``parallel_nsa_topk`` over mean-pooled keys, fla-core 0.6.0) under the faithful model, against the selection
 computed in float64 from its definition (arXiv 2502.11089 Eq. 8-11 as fla implements it: per query, the
 complete compressed blocks' softmax probabilities summed over the query heads of one KV head; blocks 0,
@@ -13,13 +13,13 @@ import math
 
 import torch
 
-from attnum.kernels import triton_interp
+from attnum.kernels.triton import interp as triton_interp
 
 triton_interp.enable()
 
 from attnum import golden_attention  # noqa: E402
 from attnum.audit.probes.block_select import causal_keep, select_mask  # noqa: E402
-from attnum.kernels import fla_nsa  # noqa: E402
+from attnum.kernels.adapters import fla  # noqa: E402
 
 T, GQ, D, BS, COUNT = 128, 16, 64, 16, 4
 TIE = 1e-2  # importance units (a forced block counts GQ)
@@ -45,10 +45,10 @@ def golden_selection(q, k_cmp):
 
 
 def main():
-    mod = fla_nsa._load()
+    mod = fla.nsa_load()
     pooling = __import__("sys").modules["fla.ops.utils.pooling"]
     run = triton_interp.under(lambda *a, **kw: mod.parallel_nsa_topk(*a, **kw), "faithful")
-    sdpa = triton_interp.under(fla_nsa.sdpa, "faithful")
+    sdpa = triton_interp.under(fla.nsa_sdpa, "faithful")
     cmp = triton_interp.under(lambda *a, **kw: __import__("sys").modules["fla.ops.nsa.compression"]
                               .parallel_nsa_compression(*a, **kw), "faithful")
     got = {}

@@ -1,4 +1,4 @@
-"""Run by tests/test_fla.py in a child process with TRITON_INTERPRET=1: fla's parallel_attn with cu_seqlens
+"""Run by tests/kernels/adapters/test_fla.py in a child process with TRITON_INTERPRET=1: fla's parallel_attn with cu_seqlens
 (ragged lengths 5, 0, 19, 1 in one packed batch) under the faithful model. Prints one JSON line per dtype:
 whether each sequence's rows equal the dense call on that sequence alone, bitwise, and the largest
 error against golden."""
@@ -7,14 +7,14 @@ import json
 
 import torch
 
-from attnum.kernels import triton_interp
+from attnum.kernels.triton import interp as triton_interp
 
 triton_interp.enable()
 
 from attnum import golden_attention  # noqa: E402
-from attnum.kernels import fla_attn  # noqa: E402
+from attnum.kernels.adapters import fla  # noqa: E402
 
-run = triton_interp.under(fla_attn.sdpa, "faithful")
+run = triton_interp.under(fla.parallel_sdpa, "faithful")
 LENS, H, D = (5, 0, 19, 1), 2, 32
 out = {}
 for dt in (torch.float16, torch.bfloat16):

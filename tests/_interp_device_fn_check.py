@@ -1,4 +1,4 @@
-"""Run by tests/test_triton_faithful.py in a child with TRITON_INTERPRET=1: a kernel that calls device
+"""Run by tests/kernels/triton/test_triton_faithful.py in a child with TRITON_INTERPRET=1: a kernel that calls device
 functions in its loop (``tl.cdiv`` from triton.language.standard, whose globals hold ``core``, and a
 helper of its own), under attnum's faithful model and as Triton runs it. Prints one JSON line: whether
 the outputs are equal, how often triton.language was patched per launch under the model, and whether
@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from triton.runtime import interpreter as I
 
-from attnum.kernels import triton_faithful
+from attnum.kernels.triton import faithful as triton_faithful
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Run by tests/test_triton_faithful.py in a child with TRITON_INTERPRET=1: a kernel multiplying a bf16
+"""Run by tests/kernels/triton/test_triton_faithful.py in a child with TRITON_INTERPRET=1: a kernel multiplying a bf16
 tensor by a float argument (``scale``, typed fp32 by Triton's launcher) and by a float constexpr
 (``C``, a weak scalar in compiled Triton too), storing both products to fp32. Prints one JSON line: the
 products under attnum's faithful model, as lists of floats."""
@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnum.kernels import triton_faithful
+from attnum.kernels.triton import faithful as triton_faithful
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Run by tests/test_real_kernels.py in a child process with TRITON_INTERPRET=1: a lean audit of SGLang's
+"""Run by tests/kernels/adapters/test_real_kernels.py in a child process with TRITON_INTERPRET=1: a lean audit of SGLang's
 and vLLM's Triton kernels (a few small cases per kernel and dtype), printed as one JSON line.
 
 argv: numerics (faithful | raw), then the targets to run."""
@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from attnum.attention.paged import to_pages
+from attnum.attention.serving.paged import to_pages
 from attnum.audit.harness import ProbeContext
 from attnum.audit.probes import PROBES
 from attnum.audit.serving import decode_case, decode_inputs
@@ -20,7 +20,8 @@ from attnum.numerics.formats import get_format, torch_dtype
 def ragged(ctx, numerics, lens=(40, 17, 1)):
     """sglang-context on sequences of lengths ``lens`` packed in one call (b_start_loc = cumulative lengths),
     each sequence's rows judged on their own (outside the SDPA protocol, which has one N)."""
-    from attnum.kernels import sglang_triton, triton_interp
+    from attnum.kernels.adapters import sglang as sglang_triton
+    from attnum.kernels.triton import interp as triton_interp
 
     seqs = [ctx.cast(ctx.randn(1, 4, L, 64, salt=10 + i), ctx.randn(1, 2, L, 64, salt=20 + i),
                      ctx.randn(1, 2, L, 64, salt=30 + i)) for i, L in enumerate(lens)]
@@ -64,7 +65,7 @@ def main():
     numerics, names = sys.argv[1], sys.argv[2:]
     torch.set_num_threads(1)
     if any(n.startswith("triton-interpret:") for n in names):  # the example adapter imports sglang's module
-        from attnum.kernels import wheels
+        from attnum.kernels.wheels import source as wheels
 
         wheels.load("sglang", "sglang.srt.layers.attention.triton_ops.decode_attention")
     result = {}

@@ -1,4 +1,4 @@
-"""Run by tests/test_real_merges.py in a child process with TRITON_INTERPRET=1: FlashInfer's Triton merges and
+"""Run by tests/kernels/adapters/test_real_merges.py in a child process with TRITON_INTERPRET=1: FlashInfer's Triton merges and
 ring-flash-attn's merge on small states (T = 2 positions, 2 heads, dv = 4: FlashInfer's kernels loop over
 every element as scalars, ~30 ms each in the interpreter), fp16, bf16, fp32, printed as one JSON line.
 

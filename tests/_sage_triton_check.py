@@ -1,4 +1,4 @@
-"""Run by tests/test_sage_triton.py in a child process with TRITON_INTERPRET=1: SageAttention 1.0.6's Triton
+"""Run by tests/kernels/adapters/test_sage_triton.py in a child process with TRITON_INTERPRET=1: SageAttention 1.0.6's Triton
 path (``sage1-triton``) on a few small cases, judged against attnum's ``sage1`` emulation; one JSON line.
 
 argv: numerics (faithful | raw)."""
@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from attnum.attention.sage import _prepare
+from attnum.attention.lowbit.sage import _prepare
 from attnum.audit.harness import ProbeContext
 from attnum.kernels.registry import resolve
 from attnum.numerics.formats import get_format, torch_dtype

@@ -1,6 +1,6 @@
-"""Run by tests/test_triton_sum_decode.py in a child process with TRITON_INTERPRET=1: SGLang 0.5.3's
+"""Run by tests/kernels/triton/test_triton_sum_decode.py in a child process with TRITON_INTERPRET=1: SGLang 0.5.3's
 ``decode_attention_fwd`` and vLLM 0.33.0's ``triton_decode_attention`` under attnum's faithful Triton
-model, against :func:`attnum.kernels.triton_sum_decode.sum_decode` with each kernel's own split cut
+model, against :func:`attnum.kernels.triton.sum_decode.sum_decode` with each kernel's own split cut
 (SGLang: ceil(ceil(S / n) / 32) * 32 keys per split, vLLM: ceil(S / n)) and tile (BLOCK = 64). The
 inputs are float64 tensors cast to the dtype, as a user passes them. Prints one JSON line: per case, the
 fraction of output elements that are bit-identical."""
@@ -10,12 +10,12 @@ import math
 
 import torch
 
-from attnum.kernels import triton_interp
+from attnum.kernels.triton import interp as triton_interp
 
 triton_interp.enable()
 
 from attnum.kernels import registry  # noqa: E402
-from attnum.kernels.triton_sum_decode import sum_decode  # noqa: E402
+from attnum.kernels.triton.sum_decode import sum_decode  # noqa: E402
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CASES = [  # (kernel, dtype, S, num_splits, heads, d)

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from attnum.kernels import wheels
+from attnum.kernels.wheels import source as wheels
 
 
 def fetched_or_skip(*packages: str, triton: bool = True) -> None:

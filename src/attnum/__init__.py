@@ -27,7 +27,10 @@ if sys.argv[:1] == ["-m"] or sys.argv[0].endswith(("/attnum", "\\attnum", "attnu
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from attnum import _moved
 from attnum.errors import AttnumInputError
+
+_moved.install()  # the module paths of attnum < 0.2 still import, with a DeprecationWarning
 
 __version__ = "0.1.0"
 

@@ -38,7 +38,7 @@ def baseline_attention(
     """
     policy = parse_policy(policy)
     if policy.lowbit is not None:  # SageAttention's scheme: its plain reference (exact softmax and P V)
-        from attnum.attention.sage import sage_reference
+        from attnum.attention.lowbit.sage import sage_reference
 
         return sage_reference(q, k, v, lowbit=policy.lowbit, policy=policy, attn_mask=attn_mask, is_causal=is_causal,
                               scale=scale, causal_alignment=causal_alignment, window=window)

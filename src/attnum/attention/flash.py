@@ -91,7 +91,7 @@ def _flash(q, k, v, *, attn_mask, is_causal, scale, policy: Policy, block_q, blo
            variant, kv_order, causal_alignment, window, return_lse):
     """:func:`flash_attention` after its policy is parsed (same arguments)."""
     if policy.lowbit is not None:  # SageAttention's quantized scheme: its own tiles (lowbit.block_k)
-        from attnum.attention.sage import sage_attention
+        from attnum.attention.lowbit.sage import sage_attention
 
         return sage_attention(q, k, v, lowbit=policy.lowbit, policy=policy, attn_mask=attn_mask, is_causal=is_causal,
                               scale=scale, causal_alignment=causal_alignment, window=window, return_lse=return_lse)

@@ -90,7 +90,7 @@ def flash_backward(
     (a no-op for values already on the ``inputs`` grid).
 
     Under an ``mma`` policy every product -- S = Q K^T, dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q --
-    is the architecture's MMA instructions (:mod:`attnum.numerics.mma_sites`; Q, K, V, dO read on the
+    is the architecture's MMA instructions (:mod:`attnum.numerics.mma.sites`; Q, K, V, dO read on the
     ``inputs`` grid, P and dS on ``probs``). Each product starts from zero and is added at ``acc``: dQ's
     sum over KV tiles is FA2's separate fp32 adds; dK and dV over several query blocks (``Br`` < N) are
     added the same way, where a kernel that keeps them in the MMA's accumulator (C) would truncate the

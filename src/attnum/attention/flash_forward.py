@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention import blocks, fa4_steps, fused, masks, steps
+from attnum.attention import blocks, fused, masks, steps
+from attnum.attention.lowbit import fa4_steps
 from attnum.attention.tiles import Tiles
 from attnum.errors import AttnumInputError
 from attnum.numerics.policy import Policy

@@ -15,11 +15,11 @@ the row sum, the rescale and the accumulation as separate passes over the tile. 
 5. the P V matmul, then one compiled pass for the accumulator update (fa2) or the normalized
    output (fa1), every ``acc``/``out`` rounding inside.
 
-The unfused step is the reference: ``ATTNUM_JIT=0`` runs it, and ``tests/test_fused.py`` holds the
+The unfused step is the reference: ``ATTNUM_JIT=0`` runs it, and ``tests/attention/test_fused.py`` holds the
 two equal bit for bit (policy presets, site overrides, both variants, masks, GQA, Qiu-Yao).
 
 FA4's conditional rescaling and software exp2 (``rescale_threshold``, ``exp2=polyN``) keep their torch
-steps (:mod:`attnum.attention.fa4_steps`) between the compiled scores and rounding passes.
+steps (:mod:`attnum.attention.lowbit.fa4_steps`) between the compiled scores and rounding passes.
 
 Not fused (the unfused step runs; :func:`why_unfused` names the reason, ``attnum.attention.fused.UNFUSED``
 lists them): ``ATTNUM_JIT=0`` or numba missing; a non-CPU device; SageAttention policies (``lowbit``,
@@ -187,11 +187,11 @@ def _pv(p, v_j, policy: Policy, ws):
 
 
 def _fa4_exp(q, k_j, tile, scale: float, m, policy: Policy, buf):
-    """FlashAttention-4's steps of a tile (:mod:`attnum.attention.fa4_steps`: the running maximum kept
+    """FlashAttention-4's steps of a tile (:mod:`attnum.attention.lowbit.fa4_steps`: the running maximum kept
     within ``rescale_threshold``, exp by the software exp2 polynomial), torch's ops around the compiled
     scores and rounding passes; returns (m_new, m_safe, P on the ``exp`` grid)."""
-    from attnum.attention import fa4_steps
     from attnum.attention.fused_kernels import sub_rows_
+    from attnum.attention.lowbit import fa4_steps
 
     s = steps.matmul(q, k_j.transpose(-1, -2), policy, out=buf).contiguous()
     _scores_pass(s, tile, scale, policy)

@@ -105,11 +105,11 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, policy: Policy, out: torch.Tensor 
     ``reduction_chunk`` products at a time exactly (float64), each partial sum added into an
     accumulator rounded to ``matmul_acc``. ``out``: a buffer to write a native product into.
     ``rnd``: how the accumulator rounds (``round_ste`` when the caller is differentiated).
-    mma: :func:`attnum.numerics.mma_sites.matmul` of ``policy.mma`` (not differentiable).
+    mma: :func:`attnum.numerics.mma.sites.matmul` of ``policy.mma`` (not differentiable).
     """
     mode = policy.matmul_mode
     if mode == "mma":
-        from attnum.numerics import mma_sites
+        from attnum.numerics.mma import sites as mma_sites
 
         return mma_sites.matmul(a, b, arch=policy.mma, a_fmt=getattr(policy, sites[0]), b_fmt=getattr(policy, sites[1]),
                                 c=c, a_site=sites[0], b_site=sites[1])

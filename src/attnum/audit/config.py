@@ -54,7 +54,7 @@ class AuditConfig:
     a child process (attnum.audit.isolate), so a crash, hang or exit becomes a verdict. target: a
     name, or None when the callable is passed to ``run_audit`` directly. numerics: the arithmetic of
     interpreted Triton kernels ("faithful": the GPU's, "raw": Triton's interpreter as is,
-    "faithful-ex2-approx"; see attnum.kernels.triton_faithful). arch: the GPU whose tensor cores an
+    "faithful-ex2-approx"; see attnum.kernels.triton.faithful). arch: the GPU whose tensor cores an
     interpreted kernel's tl.dot runs on under faithful numerics (sm80, sm89, sm90, sm100). emulation: a policy naming the
     target's designed arithmetic (``sage1``) to judge forward cases against instead of the rule, ""
     to turn a declared one off, None to take the target's declaration (attnum.audit.emulated).
@@ -81,10 +81,10 @@ class AuditConfig:
         if self.target is not None and (not self.target or not isinstance(self.target, str)):
             raise bad_value("target", self.target, "module:function, path/file.py:function, a built-in name, or "
                                                    "None with a callable passed to run_audit")
-        from attnum.kernels.triton_interp import check_numerics
+        from attnum.kernels.triton.interp import check_numerics
 
         check_numerics(self.numerics)
-        from attnum.kernels.triton_tensor_core import check_arch
+        from attnum.kernels.triton.tensor_core import check_arch
 
         object.__setattr__(self, "arch", check_arch(self.arch))
         object.__setattr__(self, "dtypes", parse_dtypes(self.dtypes))

@@ -61,3 +61,13 @@ def representable(scaled_logit: float, fmt: FloatFormat, headroom: float = 1.0) 
     """Whether a scaled score of this size fits the format (times ``headroom``): a score that no
     implementation in this format can hold is no test of the kernel."""
     return math.isfinite(scaled_logit) and abs(scaled_logit) * headroom < fmt.max
+
+
+TAIL = 4096  # NaN elements of storage behind a packed K or V (behind_nan)
+
+
+def behind_nan(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``x`` whose storage continues with :data:`TAIL` NaNs (a read past it shows)."""
+    flat = torch.full((x.numel() + TAIL,), math.nan, dtype=x.dtype)
+    flat[:x.numel()] = x.reshape(-1)
+    return flat[:x.numel()].view(x.shape)

@@ -4,7 +4,7 @@ The verdict rule (:mod:`attnum.audit.verdict`) asks whether a kernel's error is 
 stated dtype* makes. A low-bit kernel is not one: SageAttention's INT8 Q K^T misses fp16 bounds by
 design. When a target declares ``emulation = "sage1"`` (or the audit is given ``--emulation sage1``),
 each forward case is judged instead against ``flash:sage1:<dtype>`` -- attnum's bit-level emulation
-of that arithmetic (:mod:`attnum.attention.sage`) -- on the same inputs, with the same causal
+of that arithmetic (:mod:`attnum.attention.lowbit.sage`) -- on the same inputs, with the same causal
 alignment, scale and empty-row convention:
 
     |t_i - e_i| <= floor_ulps * ulp(fmt, max |e|)   for every element,

@@ -230,8 +230,8 @@ def numerics_label(config: AuditConfig, fn: Callable | None = None) -> str:
     declared = getattr(fn, "attnum_numerics", None)
     if declared:
         return str(declared)
-    from attnum.kernels import triton_interp
     from attnum.kernels.registry import interpreted_triton
+    from attnum.kernels.triton import interp as triton_interp
 
     if config.target and interpreted_triton(config.target, config.device):
         return triton_interp.label(config.numerics, config.arch)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention.merge import State, merge_states
+from attnum.attention.serving.merge import State, merge_states
 from attnum.audit.harness import Case, ProbeContext, check_tensor, raised
 from attnum.audit.serving import FP32, _judge, _pair, unsupported, worst
 from attnum.kernels.serving import conventions, entry

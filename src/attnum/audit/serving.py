@@ -4,10 +4,10 @@ The protocol a target follows is :mod:`attnum.kernels.serving` (``merge_state``,
 ``lse_base``, ``empty_lse``). A target without the entry point a probe needs gets one "unsupported"
 case saying so. References:
 
-- merge: golden = :func:`attnum.attention.merge.merge_states` in fp64 on the values the target received,
+- merge: golden = :func:`attnum.attention.serving.merge.merge_states` in fp64 on the values the target received,
   in the target's declared base and empty convention; baseline = the same merge in fp32 with the output
   rounded to the audited dtype (what a straightforward kernel does);
-- decode: golden = :func:`attnum.attention.decode.decode_reference` (float64, bottom-right causal);
+- decode: golden = :func:`attnum.attention.serving.decode.decode_reference` (float64, bottom-right causal);
   baseline = the core's ``baseline_attention`` per sequence under FA's same-precision policy
   (:func:`attnum.audit.reference.baseline_policy`).
 
@@ -24,8 +24,8 @@ from dataclasses import replace
 import torch
 
 from attnum.attention.baseline import baseline_attention
-from attnum.attention.decode import decode_reference
-from attnum.attention.merge import State, merge_states
+from attnum.attention.serving.decode import decode_reference
+from attnum.attention.serving.merge import State, merge_states
 from attnum.audit.harness import Case, ProbeContext, WrongOutput, check_tensor, raised
 from attnum.audit.reference import baseline_policy
 from attnum.audit.verdict import SEVERITY, Verdict, judge

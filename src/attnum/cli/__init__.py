@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import importlib.util
 import os
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from typer.exceptions import Abort
 from attnum.console.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
-# The shell's own commands; each study family adds its own (attnum.sweep.registry.register_cli).
+# The shell's own commands; each study family adds its own (_register_families).
 _COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "fingerprint", "scan", "kernels")
 
 
@@ -78,12 +79,21 @@ def build_app() -> typer.Typer:
                                             help="Print attnum's version (and torch's) and exit.")) -> None:
         """Numerical trustworthiness of attention kernels."""
 
-    from attnum.sweep.registry import register_cli
-
-    register_cli(app)
+    _register_families(app)
     for name in _COMMAND_MODULES:
         importlib.import_module(f"attnum.cli.{name}").register(app)
     return app
+
+
+def _register_families(app: typer.Typer) -> None:
+    """Every study family's commands (the families with an ``attnum.studies.<family>.cli``), in
+    :data:`attnum.studies.FAMILIES` order; only those modules are imported (no torch for ``--help``)."""
+    from attnum.studies import FAMILIES
+
+    for name in FAMILIES:
+        module = f"attnum.studies.{name}.cli"
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module).register(app)
 
 
 _INTERRUPTED: list[bool] = []  # a SIGINT arrived during this main(): what it broke is an interruption

@@ -93,8 +93,8 @@ def _matmul(spec: str):
     from attnum.kernels.user import _import_module, import_file
 
     if spec.startswith("mma:"):
-        from attnum.numerics import mma
-        from attnum.numerics.mma_arch import get_arch
+        from attnum.numerics.mma import dense as mma
+        from attnum.numerics.mma.arch import get_arch
 
         arch = get_arch(spec[4:]).name
         return lambda a, b, c: mma.matmul(a, b, c, arch=arch)
@@ -113,8 +113,8 @@ def _matmul(spec: str):
 def _numerics_label(target: str, numerics: str, arch: str) -> str:
     """The arithmetic the target ran under, as the audit names it (``triton-interp:nvidia-sm90,...`` for
     an interpreted Triton kernel, else ``native``)."""
-    from attnum.kernels import triton_interp
     from attnum.kernels.registry import interpreted_triton
+    from attnum.kernels.triton import interp as triton_interp
 
     return triton_interp.label(numerics, arch) if interpreted_triton(target, "cpu") else "native"
 

@@ -4,7 +4,7 @@ dependencies, into the user cache (its sha256 checked where pinned).
 SGLang's, vLLM's and SageAttention's Triton kernels (built-in ``sglang-*`` / ``vllm-*`` / ``sage1-triton``),
 FlashInfer's Triton merges (``flashinfer-triton-merge*``), ring-flash-attn's merge
 (``ring-flash-attn-merge``) and fla's softmax attention (``fla-parallel-attn``, ``fla-decode``, ``fla-nsa``) run from the installed package, or else from the kernel files of their wheel
-(attnum.kernels.wheels). Exit 0 when the files are there (fetched now or before), 2 for an unknown package, 3 when the download fails.
+(attnum.kernels.wheels.source). Exit 0 when the files are there (fetched now or before), 2 for an unknown package, 3 when the download fails.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
                                                       "fla-core 0.6.0)")) -> int:
         """Download PACKAGE's pinned wheel (no dependencies) once and extract its Triton kernel files."""
         from attnum.errors import AttnumEnvironmentError
-        from attnum.kernels import wheels
+        from attnum.kernels.wheels import source as wheels
 
         wheels._check(package)
         if wheels.installed(package):

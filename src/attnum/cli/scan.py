@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
     ) -> int:
         """Scan Python/Triton/CUDA/C++ sources for finite "infinity" sentinels and mask smells."""
-        from attnum.audit.scan import SEVERITIES, package_paths
-        from attnum.audit.scan import scan as run_scan
+        from attnum.audit.scan.scanner import SEVERITIES, package_paths
+        from attnum.audit.scan.scanner import scan as run_scan
         from attnum.errors import AttnumInputError, bad_value
         from attnum.store.jsonout import dumps
 

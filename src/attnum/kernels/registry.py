@@ -6,11 +6,11 @@ scale=None, enable_gqa=False)`` with (B, H, N, d) tensors, like
 
 - attnum's own implementations (:mod:`attnum.kernels.reference`): ``golden``, ``eager``,
   ``baseline:POLICY``, ``flash:POLICY`` (the ``baseline:`` and ``flash:`` prefixes are reserved);
-- real kernels (:data:`KERNELS`): torch SDPA and its backends, and the adapters beside this module
-  (``torch-flex``, ``flash-attn``, ``flashinfer``, ``xformers``);
+- real kernels (:data:`KERNELS`): torch SDPA and its backends, and the kernels of every adapter module
+  (:mod:`attnum.kernels.adapters`: one module per upstream project, each listing its ``KERNELS``);
 - a user's callable: ``package.module:function`` or ``path/to/file.py:function``
   (:mod:`attnum.kernels.user`), or ``triton-interpret:`` and either, for a Triton kernel run on CPU by
-  Triton's interpreter (:mod:`attnum.kernels.triton_interp`).
+  Triton's interpreter (:mod:`attnum.kernels.triton.interp`).
 
 A name that is known but cannot run here (package or device missing) resolves to an *unavailable*
 :class:`Target` that says why; anything else is an :class:`attnum.errors.AttnumInputError` listing the
@@ -19,73 +19,29 @@ known names (the CLI exits 2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from attnum.errors import AttnumInputError, did_you_mean
-from attnum.kernels import (
-    conventions,
-    fla_attn,
-    fla_nsa,
+from attnum.kernels import conventions, reference, serving, user
+from attnum.kernels.adapters import (
+    fla,
     flash_attn,
-    flash_attn_kvcache,
     flashinfer,
-    flashinfer_decode,
-    flashinfer_merge,
-    flashinfer_triton,
-    flex,
-    pallas_mha,
-    pallas_tpu_flash,
-    reference,
-    ring_flash_attn_merge,
-    sage_triton,
-    serving,
-    sglang_triton,
-    triton_interp,
-    user,
-    vllm_merge,
-    vllm_prefix_prefill,
-    vllm_triton,
-    wheels,
+    pallas,
+    pytorch,
+    ring_flash_attn,
+    sageattention,
+    sglang,
+    vllm,
     xformers,
 )
+from attnum.kernels.protocol import Kernel, SdpaFn
+from attnum.kernels.triton import interp as triton_interp
 
-SdpaFn = Callable[..., torch.Tensor]
-_EVERY_DTYPE = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _ANY_DEVICE = ("cpu", "cuda")  # attnum's implementations and user callables run wherever torch does
-
-
-@dataclass(frozen=True, kw_only=True)
-class Kernel:
-    """A real kernel: ``fn`` runs on ``devices`` when ``package`` is importable, for ``dtypes``."""
-
-    name: str
-    fn: SdpaFn
-    devices: tuple[str, ...]
-    package: str | None = None
-    doc: str = ""
-    dtypes: tuple[torch.dtype, ...] = field(default=_EVERY_DTYPE)
-    causal_alignment: str = conventions.DEFAULT_CAUSAL_ALIGNMENT  # see attnum.kernels.conventions
-    empty_rows: str = conventions.DEFAULT_EMPTY_ROWS
-    # Which of the two the adapter states (a module constant, _CONVENTIONS with its sources, a
-    # ServingTarget argument); the audit names the others "SDPA default", never "declared".
-    declares: tuple[str, ...] = ()
-    # Runs through an interpreter (Pallas interpret mode): an audit target, ~10x too slow for the
-    # per-point kernels of a sweep, so a spec's "all" leaves it out (a spec may still name it).
-    interpreted: bool = False
-    # A Triton kernel: on CPU it runs in Triton's interpreter under the audit's --numerics.
-    triton: bool = False
-    # Returns '' when the kernel's code can be loaded here, else why not (e.g. a wheel not fetched).
-    requires: Callable[[], str] | None = None
-    # A policy naming its designed arithmetic (a low-bit kernel: "sage1"); the audit judges against it.
-    emulation: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
-        object.__setattr__(self, "empty_rows", conventions.empty_rows(self.empty_rows))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,44 +81,8 @@ def _sdpa(name: str, backend: str | None, devices: tuple[str, ...], doc: str) ->
     return Kernel(name=name, fn=_sdpa_backend(backend), devices=devices, doc=doc)
 
 
-# Conventions of the adapters whose modules do not state them: flash-attn >= 2.1 and FlashInfer align
-# causal bottom-right, and both write
-# 0 for rows with no key (flash-attn#1778 "the top of the output will be zero", FlashInfer's
-# state_t::normalize after flashinfer#4401). xformers' LowerTriangularMask and flex (through
-# attention.masks) are top-left.
-_CONVENTIONS = {
-    "flash-attn": ("bottom_right", "zeros"),
-    "flash-attn-kvcache": ("bottom_right", "zeros"),
-    "flashinfer": ("bottom_right", "zeros"),
-    "flashinfer-decode": ("bottom_right", "zeros"),
-}
-
-
-def _adapter(mod) -> Kernel:
-    """An adapter module beside this one; it imports its package lazily inside ``sdpa``, so a
-    missing package only makes that kernel unavailable. A module may declare its conventions as
-    ``CAUSAL_ALIGNMENT`` and ``EMPTY_ROWS``."""
-    align, empty = _CONVENTIONS.get(mod.NAME, (conventions.DEFAULT_CAUSAL_ALIGNMENT, conventions.DEFAULT_EMPTY_ROWS))
-    states = tuple(f for f, const in (("causal_alignment", "CAUSAL_ALIGNMENT"), ("empty_rows", "EMPTY_ROWS"))
-                   if mod.NAME in _CONVENTIONS or hasattr(mod, const))
-    return Kernel(name=mod.NAME, fn=mod.sdpa, devices=mod.DEVICES, package=mod.PACKAGE, dtypes=mod.DTYPES,
-                  doc=(mod.__doc__ or "").strip().splitlines()[0],
-                  causal_alignment=getattr(mod, "CAUSAL_ALIGNMENT", align), empty_rows=getattr(mod, "EMPTY_ROWS", empty),
-                  declares=states, interpreted=getattr(mod, "INTERPRETED", False))
-
-
-def _serving_triton(mod, target: serving.ServingTarget, doc: str, *, triton: bool = True) -> Kernel:
-    """A third-party Triton serving kernel (attnum.kernels.sglang_triton / vllm_triton / flashinfer_triton): CPU
-    through the interpreter, CUDA natively; its code from the installed package or the fetched wheel.
-    ``triton=False``: plain PyTorch from a fetched wheel (ring-flash-attn's merge), run as is. All are audit
-    targets (``interpreted``): a sweep's "all" leaves them out (a merge has no SDPA entry point anyway)."""
-    declared = serving.empty_rows_of(target, "sdpa")
-    states = tuple(f for f in ("causal_alignment", "empty_rows") if hasattr(target, conventions.ATTRIBUTES[f]))
-    return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=mod.DTYPES, doc=doc,
-                  causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
-                  empty_rows=declared, declares=states, interpreted=True, triton=triton,
-                  requires=lambda pkg=mod.PACKAGE: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
-
+# The adapters, one module per upstream project (attnum.kernels.adapters), each listing its kernels.
+ADAPTERS = (pytorch, flash_attn, flashinfer, xformers, pallas, vllm, sglang, sageattention, fla, ring_flash_attn)
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     _sdpa("torch-sdpa", None, ("cpu", "cuda"), "F.scaled_dot_product_attention with torch's default backend choice"),
@@ -171,35 +91,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
           "SDPBackend.FLASH_ATTENTION (CPU: FlashAttentionKernel.cpp, KV tile 512)"),
     _sdpa("torch-sdpa-efficient", "EFFICIENT_ATTENTION", ("cuda",), "SDPBackend.EFFICIENT_ATTENTION (memory-efficient)"),
     _sdpa("torch-sdpa-cudnn", "CUDNN_ATTENTION", ("cuda",), "SDPBackend.CUDNN_ATTENTION"),
-    *(_adapter(mod) for mod in (flex, flash_attn, flashinfer, xformers)),
-    *(_adapter(mod) for mod in (pallas_mha, pallas_tpu_flash)),  # CPU, interpret mode; extra "jax"
-    *(_adapter(mod) for mod in (flashinfer_merge, flashinfer_decode, flash_attn_kvcache, vllm_merge)),
-    *(_serving_triton(mod, target, doc) for mod, target, doc in (
-        (sglang_triton, sglang_triton.DECODE, "SGLang decode_attention_fwd (Triton; single query, token pool)"),
-        (sglang_triton, sglang_triton.MERGE, "SGLang merge_state_triton (Triton)"),
-        (sglang_triton, sglang_triton.EXTEND, "SGLang extend_attention_fwd (Triton; prefill over a prefix, as SDPA)"),
-        (vllm_triton, vllm_triton.UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)"),
-        (vllm_triton, vllm_triton.MERGE, "vLLM merge_attn_states (Triton)"),
-        (vllm_triton, vllm_triton.TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)"),
-        (vllm_triton, vllm_triton.MLA_DECODE, "vLLM triton_decode_attention, MLA path (Triton; latent cache, "
-                                              "d = dv + rope, single query, paged, LSE)"),
-        (vllm_prefix_prefill, vllm_prefix_prefill.PREFIX_PREFILL,
-         "vLLM prefix_prefill context_attention_fwd (Triton; prefill over a paged prefix, as SDPA and decode)"),
-        (sglang_triton, sglang_triton.CONTEXT, "SGLang context_attention_fwd (Triton; prefill, N = S, as SDPA)"),
-        (sage_triton, sage_triton.TARGET, "SageAttention 1.0.6 sageattn (Triton; INT8 Q K, fp16 P V; as SDPA)"),
-        (flashinfer_triton, flashinfer_triton.MERGE, "FlashInfer 0.7.2 triton merge_state (two states, LSE base 2)"),
-        (flashinfer_triton, flashinfer_triton.MERGE_N, "FlashInfer 0.7.2 triton merge_states (n states, base 2)"),
-        (flashinfer_triton, flashinfer_triton.MERGE_VARLEN,
-         "FlashInfer 0.7.2 triton variable_length_merge_states (indptr, base 2)"),
-        (fla_attn, fla_attn.TARGET, "fla-core 0.6.0 parallel_attn (Triton; causal softmax attention, GQA, window, "
-                                    "sinks; N = S)"),
-        (fla_attn, fla_attn.DECODE, "fla-core 0.6.0 attn_decoding_one_step (Triton; single query, varlen, "
-                                    "no split)"),
-        (fla_nsa, fla_nsa.TARGET, "fla-core 0.6.0 parallel_nsa selected-block branch (Triton; NSA, causal, "
-                                  "GQA groups of 16+, block_select)"))),
-    _serving_triton(ring_flash_attn_merge, ring_flash_attn_merge.MERGE,
-                    "ring-flash-attn 0.1.8 update_out_and_lse (PyTorch sigmoid merge, natural log)", triton=False),
+    *(k for mod in ADAPTERS for k in mod.KERNELS),
 )}
+if len(KERNELS) != 5 + sum(len(mod.KERNELS) for mod in ADAPTERS):
+    raise ValueError("two adapters register the same kernel name")
 
 
 def sweep_kernel_names() -> tuple[str, ...]:
@@ -227,13 +122,13 @@ def get_kernel(name: str) -> Kernel:
 
 
 def _installed(package: str) -> bool:
-    from attnum.kernels.wheel_stand_ins import importable
+    from attnum.kernels.wheels.stand_ins import importable
 
     return importable(package)  # a fetched kernel's stand-in module is not an installed package
 
 
 # The optional packages that a pyproject extra installs (pallas-*: jax; triton-interpret:: triton).
-_EXTRAS = {pallas_mha.PACKAGE: pallas_mha.EXTRA, triton_interp.PACKAGE: triton_interp.EXTRA}
+_EXTRAS = {**{k.package: k.extra for k in KERNELS.values() if k.extra}, triton_interp.PACKAGE: triton_interp.EXTRA}
 
 
 def _status(name: str, devices: tuple[str, ...], package: str | None, device: str | None) -> tuple[bool, str]:
@@ -277,8 +172,8 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
     ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
     arithmetic of Triton's interpreter for interpreted Triton targets
-    (:data:`attnum.kernels.triton_interp.NUMERICS`); ``arch``: the GPU whose tensor cores their ``tl.dot``
-    runs on (:data:`attnum.kernels.triton_tensor_core.ARCHES`). Raises AttnumInputError (naming ``param``) for
+    (:data:`attnum.kernels.triton.interp.NUMERICS`); ``arch``: the GPU whose tensor cores their ``tl.dot``
+    runs on (:data:`attnum.kernels.triton.tensor_core.ARCHES`). Raises AttnumInputError (naming ``param``) for
     an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
@@ -346,7 +241,7 @@ def interpreted_triton(spec: str, device: str | None = "cpu") -> bool:
 def arch_flag(arch: str | None, spec: str, device: str | None = "cpu", param: str = "--arch") -> str:
     """The GPU a command's ``--arch`` names: sm90 when not given; given, only for a target whose Triton
     kernels attnum interprets on this device (for any other it would change nothing, and say nothing)."""
-    from attnum.kernels.triton_tensor_core import DEFAULT_ARCH, check_arch
+    from attnum.kernels.triton.tensor_core import DEFAULT_ARCH, check_arch
 
     if arch is None:
         return DEFAULT_ARCH

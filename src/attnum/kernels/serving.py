@@ -15,7 +15,7 @@ one it needs and reports "unsupported" when it is absent. Any callable with thes
 - ``decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
   is_causal=True, scale=None, return_lse=False) -> o | (o, lse)``: q (B, H, N, d) and o (B, H, N, dv) in
   attnum's layout; without ``block_table`` the cache is (B, G, S, d), with it a page pool
-  (n_pages, P, G, d) as :mod:`attnum.attention.paged`; lse (B, H, N) float32 in ``lse_base``; ``is_causal`` with
+  (n_pages, P, G, d) as :mod:`attnum.attention.serving.paged`; lse (B, H, N) float32 in ``lse_base``; ``is_causal`` with
   the kernel's own alignment (the decode probes check it is bottom-right: a decode query sees its cache);
   a caller that leaves ``num_splits`` out asks for the kernel's own split choice (its heuristic);
 - ``varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal=False, scale=None) -> o``:
@@ -138,7 +138,7 @@ class ServingTarget:
                  split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
                  emulation: str | None = None, attnum_batch_invariant: bool = False,
                  features: tuple[str, ...] = ()):
-        from attnum.attention.merge import empty_convention, parse_lse_base
+        from attnum.attention.serving.merge import empty_convention, parse_lse_base
 
         self.__name__ = self.name = name
         self._sdpa = sdpa
@@ -194,11 +194,11 @@ class ServingTarget:
 
 def reference(policy: str) -> ServingTarget:
     """attnum's emulation as a serving target: SDPA = ``flash:POLICY``, ``merge_state`` = attnum's merge
-    in fp32 (natural base), ``decode`` = :func:`attnum.attention.decode.decode_attention` (or the paged
+    in fp32 (natural base), ``decode`` = :func:`attnum.attention.serving.decode.decode_attention` (or the paged
     one with a block table) under POLICY. A POLICY naming no format (``fa2``) takes the audited dtype."""
-    from attnum.attention.decode import decode_attention
-    from attnum.attention.merge import merge_state
-    from attnum.attention.paged import paged_decode_attention
+    from attnum.attention.serving.decode import decode_attention
+    from attnum.attention.serving.merge import merge_state
+    from attnum.attention.serving.paged import paged_decode_attention
     from attnum.kernels.reference import family
     from attnum.numerics.formats import format_of_dtype
     from attnum.numerics.policy import NAMED, parse_policy
@@ -259,6 +259,6 @@ def entry(target, name: str) -> Callable | None:
 
 def conventions(target) -> tuple[object, float]:
     """(lse_base, empty_lse) the target declares; natural and -inf when it declares none."""
-    from attnum.attention.merge import empty_convention, parse_lse_base
+    from attnum.attention.serving.merge import empty_convention, parse_lse_base
 
     return parse_lse_base(getattr(target, "lse_base", "e")), empty_convention(getattr(target, "empty_lse", NEG_INF))

@@ -1,8 +1,8 @@
 """Low-bit attention schemes as data: SageAttention's quantized Q K^T and P V, as one frozen config.
 
 A :class:`LowBit` rides on a :class:`attnum.numerics.policy.Policy` (``policy.lowbit``); flash and baseline
-attention then run :func:`attnum.attention.sage.sage_attention` (tiled, the kernel's online softmax)
-and :func:`attnum.attention.sage.sage_reference` (materialized, exact P V) instead of their own paths.
+attention then run :func:`attnum.attention.lowbit.sage.sage_attention` (tiled, the kernel's online softmax)
+and :func:`attnum.attention.lowbit.sage.sage_reference` (materialized, exact P V) instead of their own paths.
 
 Knobs (SageAttention, arXiv 2410.02367, 2411.10958, 2505.11594; thu-ml/SageAttention):
 
@@ -25,7 +25,7 @@ Knobs (SageAttention, arXiv 2410.02367, 2411.10958, 2505.11594; thu-ml/SageAtten
   16-bit inputs, 32 for 8-bit, 64 for 4-bit): ``fp16`` (``tl.dot(p, v, out_dtype=fp16)``),
   ``fp22`` (e8m13, SageAttention2's measurement of FP8 MMA on Ada/Hopper), ``fp32``; or a GPU
   architecture (:data:`ACC_ARCHES`, e.g. ``sm90``): the P V product as that architecture's tensor-core
-  instructions (:func:`attnum.numerics.mma.matmul`: Hopper's FP8 wgmma aligns and truncates to 13
+  instructions (:func:`attnum.numerics.mma.dense.matmul`: Hopper's FP8 wgmma aligns and truncates to 13
   fraction bits and truncates its output to e8m13, the "FP22" SageAttention2 measured), into fp32.
   ``two_level``: the MMA accumulator restarts at every KV tile and each tile's result is added
   to an fp32 buffer (SageAttention2's fix); else the narrow accumulator carries the whole sum.
@@ -86,7 +86,7 @@ class LowBit:
         if self.pv not in PV_FORMATS:
             raise bad_value("pv", self.pv, f"one of {PV_FORMATS}")
         if self.pv_acc not in ACC_FORMATS:
-            from attnum.numerics.mma_sites import ALIASES
+            from attnum.numerics.mma.sites import ALIASES
 
             arch = ALIASES.get(self.pv_acc, self.pv_acc) if isinstance(self.pv_acc, str) else self.pv_acc
             if arch not in ACC_ARCHES:

@@ -17,7 +17,7 @@ mantissa; codes 0..254 are 2**(code - 127), code 255 is NaN (ml_dtypes ``float8_
 
 Every rounding is one :func:`attnum.round_to` from the float64 quotient ``x / scale``; an MX scale
 is a power of two, so that quotient is exact. NVFP4's scale has up to 28 bits; its float64
-quotient is rounded once by the hardware's division too, as in :mod:`attnum.attention.qformats`.
+quotient is rounded once by the hardware's division too, as in :mod:`attnum.attention.lowbit.qformats`.
 """
 
 from __future__ import annotations

@@ -29,19 +29,19 @@ summing ``reduction_chunk`` products exactly before each rounding into the accum
 
 FlashAttention-4's arithmetic (flash only; Dao-AILab/flash-attention ``flash_attn/cute``):
 ``exp2`` is ``native`` (the carrier's exp) or ``polyN`` (N = 1..5: P = 2**x by FA4's software exp2,
-Cody-Waite reduction and a degree-N polynomial on fp32 FMAs, :mod:`attnum.attention.exp2`; FA4 uses
+Cody-Waite reduction and a degree-N polynomial on fp32 FMAs, :mod:`attnum.attention.lowbit.exp2`; FA4 uses
 N = 3 on part of the elements); ``rescale_threshold`` (None: off) keeps a row's running maximum
 until a tile's maximum exceeds it by more than that many log2 units, so the accumulator is
 rescaled only then (FA4's conditional rescaling; 8.0 for 16-bit inputs in ``flash_fwd_sm100.py``).
 
-``mma`` (None, or an architecture name: ``sm80``, ``sm90``, ``hopper``, ...; :mod:`attnum.numerics.mma_sites`)
-runs the matmul sites as that architecture's tensor-core instructions (:func:`attnum.numerics.mma.matmul`:
+``mma`` (None, or an architecture name: ``sm80``, ``sm90``, ``hopper``, ...; :mod:`attnum.numerics.mma.sites`)
+runs the matmul sites as that architecture's tensor-core instructions (:func:`attnum.numerics.mma.dense.matmul`:
 per-instruction alignment, truncation and rounding, fp32 output) instead of the ``matmul_acc`` /
 ``reduction_chunk`` model; flash's P V then accumulates onto the fp32 accumulator O inside the MMA, as
 FlashAttention's kernels feed O to the instruction as its C operand.
 
 ``lowbit`` (None, or a :class:`attnum.numerics.lowbit.LowBit`) makes flash and baseline run SageAttention's
-quantized scheme (:mod:`attnum.attention.sage`) with this policy's input and output formats.
+quantized scheme (:mod:`attnum.attention.lowbit.sage`) with this policy's input and output formats.
 
 The *carrier* (the dtype tensors are held in) follows from the policy: float32 when every site
 fits in fp32 and the matmuls accumulate in fp32 natively -- then element-wise math (exp,
@@ -118,7 +118,7 @@ class Policy:
                                        "of log2 units (FA4: 8.0), or none")
             object.__setattr__(self, "rescale_threshold", float(t))
         if self.mma is not None:
-            from attnum.numerics.mma_sites import check_arch, operand_dtype
+            from attnum.numerics.mma.sites import check_arch, operand_dtype
 
             object.__setattr__(self, "mma", check_arch(self.mma, param="policy.mma"))
             if self.mma is not None:
@@ -294,7 +294,7 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
         elif key == "matmul_acc":
             overrides[key] = None if value in ("exact", "none") else get_format(value, param=key)
         elif key == "mma":
-            from attnum.numerics.mma_sites import check_arch
+            from attnum.numerics.mma.sites import check_arch
 
             overrides[key] = check_arch(value, param="mma")
         elif key in ("normalize", "max_shift", "exp2"):

@@ -4,6 +4,6 @@ a worker (``point_runner``), the row API findings and figures read (``results``)
 run points into a store (``executors``, ``executor_pool``, ``executor_ray``, ``worker_start``), and
 what a run will cost before it starts (``eta``, ``memory_budget``, ``memo``).
 
-Layer 6 (see docs/architecture.md). Families are found by name at run time
-(:data:`attnum.studies.FAMILIES`), so nothing here imports a study.
+Layer 6 (see docs/architecture.md). Families register themselves as entry points (group
+``attnum.families``, in ``pyproject.toml``), so nothing here imports or names a study.
 """

@@ -12,7 +12,7 @@ from typing import Any
 
 from attnum.errors import AttnumInputError
 from attnum.numerics.formats import get_format
-from attnum.numerics.mma_sites import ALIASES, POLICY_ARCHES, check_arch
+from attnum.numerics.mma.sites import ALIASES, POLICY_ARCHES, check_arch
 from attnum.numerics.policy import NAMED, parse_policy
 
 POLICY_NAMES = tuple(NAMED)

@@ -16,7 +16,7 @@ from attnum.sweep.point_runner import run_point
 from attnum.sweep.worker_start import POINT_THREADS, init_worker, package_root, start_method
 
 if TYPE_CHECKING:
-    from attnum.sweep.executors import Interrupts
+    from attnum.sweep.interrupts import Interrupts
 
 
 class PoolRun:

@@ -17,7 +17,7 @@ from attnum.sweep.point_runner import run_point
 from attnum.sweep.worker_start import package_root
 
 if TYPE_CHECKING:
-    from attnum.sweep.executors import Interrupts
+    from attnum.sweep.interrupts import Interrupts
 
 
 def ray_points(todo: list[Any], kernels: tuple[str, ...], jobs: int, stop: Interrupts) -> Iterator[tuple[Any, dict]]:

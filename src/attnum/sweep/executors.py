@@ -7,8 +7,6 @@ so resume behaves the same everywhere: points already done are skipped, failed o
 from __future__ import annotations
 
 import dataclasses
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from attnum.store.db import Store
 from attnum.sweep.eta import CostModel
 from attnum.sweep.executor_pool import PoolRun
 from attnum.sweep.executor_ray import ray_points
+from attnum.sweep.interrupts import Interrupts
 from attnum.sweep.point_runner import run_point
 from attnum.sweep.spec import SweepSpec
 from attnum.sweep.worker_start import POINT_THREADS
@@ -115,48 +114,6 @@ def run_sweep(spec: SweepSpec, options: SweepOptions) -> SweepSummary:
         return SweepSummary(
             planned=len(planned), skipped=len(planned) - len(todo), ran=len(todo), failed=failed, store_path=store.path
         )
-
-
-class Interrupts:
-    """SIGINT and SIGTERM raise KeyboardInterrupt in the driver, and are also remembered.
-
-    The flag makes an interruption stick (a KeyboardInterrupt raised while Python runs a finaliser
-    or a weakref callback is printed and dropped); the loops check it as well. While cleaning up,
-    further signals are only recorded. A signal this process inherited as ignored stays ignored, as
-    POSIX shells expect of a background job (``cmd &`` in a script ignores SIGINT); SIGTERM still
-    stops such a sweep cleanly.
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.cleaning_up = False
-        self._before: dict[int, Any] = {}
-
-    def __enter__(self) -> Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                if signal.getsignal(sig) is not signal.SIG_IGN:
-                    self._before[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def reinstall(self) -> None:
-        """Take the signals back from a library that installed its own (``ray.init`` does, for SIGTERM)."""
-        for sig in self._before:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        first = self.signum is None
-        self.signum = signum
-        if first and not self.cleaning_up:
-            raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    def check(self) -> None:
-        if self.signum is not None and not self.cleaning_up:
-            raise KeyboardInterrupt(signal.Signals(self.signum).name)
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._before.items():
-            signal.signal(sig, handler)
 
 
 def _check_devices(planned: dict, options: SweepOptions) -> None:

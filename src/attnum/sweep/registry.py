@@ -5,7 +5,10 @@ A *family* is one package ``attnum/studies/<family>/`` holding everything of one
 figures and report section, its CLI command(s). The sweep spec, the executors, the store,
 ``runs``/``export`` and the report ask this module about kinds; none of them names one.
 
-Adding a family is one package plus one line (its name in :data:`attnum.studies.FAMILIES`).
+Adding a family is one package plus its entry point: a line in ``pyproject.toml``'s
+``[project.entry-points."attnum.families"]`` table (``<family> = "attnum.studies.<family>.family:FAMILY"``; the
+families register themselves there, so this layer names none) and its name in :data:`attnum.studies.FAMILIES`
+(the CLI's list). Reinstall (``pip install -e .``) for the entry point to be seen.
 
 What a family author provides
 -----------------------------
@@ -18,7 +21,7 @@ What a family author provides
     ``kernels/``, :mod:`attnum.sweep.results` (the row API), :mod:`attnum.sweep.spec`
     (to build a profile's spec), :mod:`attnum.report.plotting` and :mod:`attnum.report.blocks`,
     :mod:`attnum.sweep.axes` (validators of shared fields), :mod:`attnum.sweep.point` and this
-    module; never another family (``tests/test_import_graph.py`` checks).
+    module; never another family (``tests/project/test_import_graph.py`` checks).
 ``attnum/studies/<family>/cli.py`` (optional)
     ``register(app: typer.Typer) -> None`` adding the family's command(s). Import the study inside
     the command function, not at module level (the CLI's start-up time is pinned by a test).
@@ -58,13 +61,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnum.errors import bad_value
+from attnum.errors import AttnumEnvironmentError, bad_value
 
 VERDICTS = ("holds", "does not hold", "not tested", "holds by construction", "mixed")
 DEFAULT_KIND = "compare"  # what a spec entry or stored config without ``kind`` is (stores from before kinds)
@@ -167,26 +168,33 @@ class Family:
     report: Callable[[ReportContext], ReportPart] | None = None
     profiles: Mapping[str, Callable[[str, str], Any]] = dataclasses.field(default_factory=dict)
     record: tuple[str, ...] = ()
+    order: int = 100  # where its findings, headline and report section come among the families (lower first)
 
 
 # ---- lookups (the rest of attnum asks these; family modules are imported on first use) ----------
 
 
-def _family_names() -> tuple[str, ...]:
-    """The family names the studies package lists, found by name: the sweep layer imports no study."""
-    return tuple(importlib.import_module("attnum.studies").FAMILIES)
+ENTRY_POINTS = "attnum.families"
+"""The entry-point group a study family registers its ``FAMILY`` under (``pyproject.toml``)."""
 
 
 @functools.cache
 def families() -> tuple[Family, ...]:
-    """Every registered family, in :data:`attnum.studies.FAMILIES` order."""
-    out = []
-    for name in _family_names():
-        family = importlib.import_module(f"attnum.studies.{name}.family").FAMILY
-        if family.name != name:
-            raise ValueError(f"attnum.studies.{name}.family.FAMILY.name={family.name!r} must be {name!r}")
-        out.append(family)
-    return tuple(out)
+    """Every registered family (the ``attnum.families`` entry points of the installed packages), by ``order``."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, Family] = {}
+    for ep in entry_points(group=ENTRY_POINTS):
+        if ep.name in found:
+            continue  # one distribution seen twice on the path
+        family = ep.load()
+        if not isinstance(family, Family) or family.name != ep.name:
+            raise ValueError(f"entry point {ep.name} = {ep.value!r} must be a Family named {ep.name!r}")
+        found[ep.name] = family
+    if not found:
+        raise AttnumEnvironmentError(f"no study family is registered (entry-point group {ENTRY_POINTS!r} of the "
+                                     "installed attnum): reinstall attnum (pip install -e .)")
+    return tuple(sorted(found.values(), key=lambda f: (f.order, f.name)))
 
 
 @functools.cache
@@ -242,14 +250,6 @@ def record_choices() -> tuple[str, ...]:
 def profiles() -> dict[str, Callable[[str, str], Any]]:
     """{profile name: spec(profile, device)} for ``attnum reproduce``, over every family."""
     return {name: spec for f in families() for name, spec in f.profiles.items()}
-
-
-def register_cli(app: Any) -> None:
-    """Add every family's commands to ``app`` (families with an ``attnum.studies.<family>.cli``)."""
-    for name in _family_names():
-        module = f"attnum.studies.{name}.cli"
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module).register(app)
 
 
 def all_headlines(rows: list[Row]) -> list[str]:

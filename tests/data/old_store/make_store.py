@@ -4,7 +4,7 @@
     PYTHONPATH=/tmp/old/src python tests/data/old_store/make_store.py   # (run from this folder)
 
 Every kind of sweep point of that layout (compare, kernels, attribute, decode, ring, spec, fp8-table)
-at tiny sizes. tests/test_old_store.py reads it with the current code. Not collected by pytest.
+at tiny sizes. tests/store/test_old_store.py reads it with the current code. Not collected by pytest.
 """
 
 import dataclasses

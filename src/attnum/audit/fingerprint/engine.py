@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from attnum.audit.fingerprint import probes, search, structure
 from attnum.errors import bad_value
-from attnum.kernels.triton_sum_decode import SumDecode
+from attnum.kernels.triton.sum_decode import SumDecode
 from attnum.numerics.threads import one_thread
 
 MERGES = ("lse", "online", "ratio")
@@ -31,7 +31,7 @@ DEFAULT_LENGTHS = (512, 1200)
 TOP_STRUCTURES = 4  # (Bc, order) pairs confirmed by replay, best ranked first
 PROPOSED = 12  # (Bc, order) pairs of the probes' ranking re-ranked by a first replay
 NO_MATMUL = ("not identified: no matmul callable given (an attention call's outputs do not isolate its matrix "
-             "unit; pass one to name an attnum.numerics.mma architecture)")
+             "unit; pass one to name an attnum.numerics.mma.dense architecture)")
 
 
 def _bounds_options(t: probes.CountedTarget, S: int, bc: int, order: str, ranked, per_length, *, heads, d,
@@ -39,7 +39,7 @@ def _bounds_options(t: probes.CountedTarget, S: int, bc: int, order: str, ranked
     """Split ranges at S for one (Bc, order): the split probes' answer, the tied spans of the swamping
     ranking, each with the first or the last tile start added or both (boundaries the split probes
     cannot see: they need two tiles in one split), and every tile a split of its own; only cuts of
-    equal splits with a shorter last one (those of every rule in :mod:`attnum.attention.split_rules`)."""
+    equal splits with a shorter last one (those of every rule in :mod:`attnum.attention.serving.split_rules`)."""
     starts, cols = probes.boundary_columns(S, bc, order)
     opts = []
     if len(starts):
@@ -244,12 +244,12 @@ def _explained(found, best, frac, resid, lengths, heads, d) -> dict:
 
 def _reproduction(best, spec: str, lengths) -> str:
     if isinstance(best.policy, SumDecode):
-        return (f"attnum.kernels.triton_sum_decode.sum_decode(q, k, v, bounds=split_bounds[S], "
+        return (f"attnum.kernels.triton.sum_decode.sum_decode(q, k, v, bounds=split_bounds[S], "
                 f"block_k={best.block_k}, fused={best.policy.fused})")
     if all(len(best.bounds[S]) == 1 for S in lengths):
         return (f"attnum.flash_attention(q, k, v, policy={spec!r}, block_k={best.block_k}, "
                 f"kv_order={best.order!r})")
-    return (f"attnum.attention.decode.decode_attention(q, k, v, is_causal=False, policy={spec!r}, "
+    return (f"attnum.attention.serving.decode.decode_attention(q, k, v, is_causal=False, policy={spec!r}, "
             f"split_rule=SplitPlan(bounds, {best.block_k}, {best.merge!r}, kv_order={best.order!r})) "
             "with bounds from split_bounds")
 

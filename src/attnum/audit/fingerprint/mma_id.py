@@ -1,8 +1,8 @@
-"""Which tensor core is this? Name an :mod:`attnum.numerics.mma` architecture from a matmul callable alone.
+"""Which tensor core is this? Name an :mod:`attnum.numerics.mma.dense` architecture from a matmul callable alone.
 
 ``identify_mma(matmul_fn)`` calls ``matmul_fn(a, b, c)`` -- a (M, K) @ b (K, N) + c (M, N) float32, in the
 operand dtype, returning float32 -- on crafted tiles and replays each architecture's model
-(:func:`attnum.numerics.mma.matmul`) on the same tiles. The tiles make the models differ (Xie et al.,
+(:func:`attnum.numerics.mma.dense.matmul`) on the same tiles. The tiles make the models differ (Xie et al.,
 MMA-Sim, arXiv 2511.10909; Khattak & Mikaitis, arXiv 2512.07004): operands spread over many binades, so
 that each group's alignment to its largest exponent and truncation to F fraction bits drop different
 bits; one large product per row at a moving position, so that the group size L (which products are
@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from attnum.errors import bad_value
-from attnum.numerics import mma
-from attnum.numerics.mma_arch import ARCHS
+from attnum.numerics.mma import dense as mma
+from attnum.numerics.mma.arch import ARCHS
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
 M, N, K = 16, 8, 32  # K: a whole number of every architecture's instruction steps (4 .. 32)

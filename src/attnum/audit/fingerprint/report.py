@@ -26,7 +26,7 @@ def rows(doc: dict) -> list[list[object]]:
         out.append(["split ranges", "; ".join(f"S={S}: {r}" for S, r in doc["split_bounds"].items())])
         rules = doc.get("split_rules") or []
         out.append(["split rules that cut alike", ", ".join(r["rule"] + ("" if r["tile_matches"] else " (other tile)")
-                                                           for r in rules) or "none of attnum.attention.split_rules"])
+                                                           for r in rules) or "none of attnum.attention.serving.split_rules"])
         if doc.get("split_cuts"):
             out.append(["split cut", ", ".join(doc["split_cuts"])])
         merge = doc["merge"]

@@ -1,4 +1,4 @@
-"""Which split rules of :mod:`attnum.attention.split_rules` give the splits a fingerprint found.
+"""Which split rules of :mod:`attnum.attention.serving.split_rules` give the splits a fingerprint found.
 
 A rule matches when, at every probed length S (B = 1 sequence, H heads = kv heads, one query), its
 plan's non-empty key ranges are the fingerprint's split ranges (empty splits merge as the identity,
@@ -11,7 +11,7 @@ names the cuts that give the found ranges from the found count at every length.
 
 from __future__ import annotations
 
-from attnum.attention.split_rules import fa2_cut, plan_splits, sglang_cut
+from attnum.attention.serving.split_rules import fa2_cut, plan_splits, sglang_cut
 
 CUTS = {
     "sglang": "ceil(ceil(S / n) / 32) * 32 keys per split (SGLang's decode_attention.py)",

@@ -3,8 +3,8 @@ emulation and kept only when it reproduces the target's outputs bit for bit.
 
 A candidate is a :class:`Candidate`: the key ranges of the splits at each probed length, the KV tile
 Bc, the order the tiles are walked in, the merge method of the split partials and a policy
-(:mod:`attnum.numerics.policy`). It is replayed by :func:`attnum.attention.decode.decode_attention`
-with a :class:`attnum.attention.split_rules.SplitPlan` holding exactly those ranges (one range: the
+(:mod:`attnum.numerics.policy`). It is replayed by :func:`attnum.attention.serving.decode.decode_attention`
+with a :class:`attnum.attention.serving.split_rules.SplitPlan` holding exactly those ranges (one range: the
 plain flash forward, no merge).
 
 Policies tried (:func:`policy_candidates`): the named policies in the input format (``fa2``,
@@ -14,7 +14,7 @@ normalisation switched between division and reciprocal. Every policy reproducing
 kept: a site on which they disagree is reported as undetermined, never guessed.
 
 Beside attnum's policies, whose tiles are matmuls, the search tries the element-wise Triton decode
-arithmetic (:class:`attnum.kernels.triton_sum_decode.SumDecode`, with and without FP fusion): the
+arithmetic (:class:`attnum.kernels.triton.sum_decode.SumDecode`, with and without FP fusion): the
 ``tl.sum`` of products of LightLLM's, SGLang's and vLLM's decode kernels under attnum's Triton model,
 walked forward, its splits merged online.
 """
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnum.attention.decode import decode_attention
-from attnum.attention.split_rules import SplitPlan
+from attnum.attention.serving.decode import decode_attention
+from attnum.attention.serving.split_rules import SplitPlan
 from attnum.audit.fingerprint.probes import bits, survival
-from attnum.kernels.triton_sum_decode import SumDecode, sum_decode
+from attnum.kernels.triton.sum_decode import SumDecode, sum_decode
 from attnum.numerics.formats import format_of_dtype, get_format
 from attnum.numerics.metrics import ulp
 from attnum.numerics.policy import Policy, parse_policy

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from attnum.attention.paged import to_pages
+from attnum.attention.serving.paged import to_pages
 from attnum.audit.harness import Case, Probe, ProbeContext
 from attnum.audit.serving import decode_case, decode_inputs, missing
 

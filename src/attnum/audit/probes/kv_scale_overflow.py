@@ -6,7 +6,7 @@ docs/features/quantization/quantized_kvcache.md:
 "quantization error can degrade output quality"). With scale 1.0 a key or value above e4m3fn's max (448)
 after scaling has no FP8 code: the non-saturating e4m3fn cast gives NaN, a saturating one clamps it to 448,
 and neither is reported. Outlier channels of that size are ordinary in K and V. A calibrated scale
-(amax / 448, attnum.attention.quant) keeps them in range. The cache here is N(0, 1) except a few entries of
+(amax / 448, attnum.attention.lowbit.quant) keeps them in range. The cache here is N(0, 1) except a few entries of
 magnitude 600 and 1e4 (representable in bf16, fp16 and fp32) at a few positions, in K, in V and in both,
 contiguous and paged (P = 16, two splits), N = 1 and N = 4, padding zero (the padding probes own NaN
 there); judged against the float64 golden on the audited-dtype inputs (a NaN or inf output where the
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention.paged import to_pages
+from attnum.attention.serving.paged import to_pages
 from attnum.audit.harness import Case, Probe, ProbeContext
 from attnum.audit.serving import decode_case, decode_inputs, missing, unsupported
 from attnum.numerics.formats import get_format

@@ -16,7 +16,7 @@ paged (P = 16), one and four splits. Only targets declaring ``attnum_mla = True`
 
 from __future__ import annotations
 
-from attnum.attention.paged import to_pages
+from attnum.attention.serving.paged import to_pages
 from attnum.audit.features import undeclared
 from attnum.audit.harness import Case, Probe, ProbeContext
 from attnum.audit.serving import decode_case, missing

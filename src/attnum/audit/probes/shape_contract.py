@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from attnum.audit.construct import behind_nan
 from attnum.audit.harness import Case, Probe, ProbeContext
-from attnum.audit.probes.varlen_ragged import behind_nan
 from attnum.audit.verdict import Verdict
 
 H, D = 2, 64

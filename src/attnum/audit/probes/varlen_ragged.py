@@ -19,11 +19,11 @@ Targets with a ``varlen`` entry point (attnum.kernels.serving) are asked; a kern
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import torch
 
+from attnum.audit.construct import behind_nan
 from attnum.audit.harness import Case, Probe, ProbeContext, check_tensor, raised
 from attnum.audit.serving import missing, unsupported
 from attnum.kernels.serving import empty_rows_of
@@ -37,14 +37,6 @@ CASES = (
     ("queries the last of their keys", (1, 4, 7, 16), (9, 2, 7, 80), True),
     ("a sequence with no keys", (3, 2, 5), (0, 5, 5), False),
 )
-TAIL = 4096  # NaN elements of storage behind the packed K and V
-
-
-def behind_nan(x: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``x`` whose storage continues with :data:`TAIL` NaNs (a read past it shows)."""
-    flat = torch.full((x.numel() + TAIL,), math.nan, dtype=x.dtype)
-    flat[:x.numel()] = x.reshape(-1)
-    return flat[:x.numel()].view(x.shape)
 
 
 def packed(ctx: ProbeContext, q_lens, k_lens, salt: int):

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         heads: int = typer.Option(8, help="H: query heads."),
         kv_heads: int = typer.Option(2, help="G: kv heads."),
         head_dim: int = typer.Option(64, help="d: head dim."),
-        rules: str = typer.Option(DEFAULT_RULES, help="Split rules, ';'-separated (attnum.attention.split_rules)."),
+        rules: str = typer.Option(DEFAULT_RULES, help="Split rules, ';'-separated (attnum.attention.serving.split_rules)."),
         batch_sizes: str = typer.Option("1,4,16,64,160", help="Batch sizes the request is served in."),
         mixes: int = typer.Option(4, help="Batch compositions drawn per batch size."),
         co_len_min: int = typer.Option(16, help="Other requests' lengths: log-uniform from this ..."),
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         print()
         print(report.text_table(report.MODE_HEADER, report.mode_rows(result)))
         print()
-        print("Cost of invariance (decode bound, H=32 G=8 d=128 bf16; occupancy model in attnum.attention.cost):")
+        print("Cost of invariance (decode bound, H=32 G=8 d=128 bf16; occupancy model in attnum.attention.cost.model):")
         print(report.text_table(report.COST_HEADER, report.cost_rows(cost)))
 
     @app.command("consistency-tokens")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attnum.attention.split_rules import parse_split_rule
+from attnum.attention.serving.split_rules import parse_split_rule
 from attnum.errors import bad_value
 from attnum.numerics.policy import parse_policy
 
@@ -59,7 +59,7 @@ class ConsistencyConfig:
     def __post_init__(self) -> None:
         if self.kind != "consistency":
             raise bad_value("kind", self.kind, "'consistency'")
-        from attnum.attention.decode import check_decodable
+        from attnum.attention.serving.decode import check_decodable
 
         check_decodable(parse_policy(self.policy))  # every way but prefill decodes: no low-bit substitution
         for name in ("length", "first_position", "positions", "heads", "kv_heads", "head_dim", "mixes",

@@ -1,8 +1,8 @@
 """The cost of invariance: decode bound time of fixed split sizes against the batch-dependent heuristics.
 
 For each scenario (B sequences of L keys, H heads, G kv heads, d head dim, bf16) each rule's plan
-(:func:`attnum.attention.split_rules.plan_splits`, with the device's SM count where the rule reads one)
-gives the split count per sequence, and :func:`attnum.attention.cost.split_decode_time` its bound on A100, H100
+(:func:`attnum.attention.serving.split_rules.plan_splits`, with the device's SM count where the rule reads one)
+gives the split count per sequence, and :func:`attnum.attention.cost.model.split_decode_time` its bound on A100, H100
 and H200. ``ratio`` = time / the fa2 heuristic's time on that device (> 1: the rule is slower).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from attnum.attention.cost import DEVICES, CostConfig, split_decode_time
-from attnum.attention.split_rules import parse_split_rule, plan_splits
+from attnum.attention.cost.model import DEVICES, CostConfig, split_decode_time
+from attnum.attention.serving.split_rules import parse_split_rule, plan_splits
 
 SCENARIOS = ((1, 1024), (1, 32768), (8, 4096), (64, 4096), (256, 1024))  # (B, L)
 COST_RULES = ("fa2", "flashinfer:2048", "sglang-fixed:256", "vllm", "vllm-invariant", "count:1")

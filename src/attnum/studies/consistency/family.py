@@ -41,7 +41,7 @@ def _pos(v: Any) -> bool:
 
 
 def _rules(v: Any) -> None:
-    from attnum.attention.split_rules import parse_split_rule
+    from attnum.attention.serving.split_rules import parse_split_rule
 
     for r in (v if isinstance(v, (list, tuple)) else str(v).split(";")):
         parse_split_rule(r)
@@ -59,7 +59,7 @@ AXES = {
     "policy": ("a policy NAME:FORMAT (attnum.numerics.policy)", _ok(_policy)),
     **{f: ("a positive integer", _pos) for f in ("length", "first_position", "positions", "heads", "kv_heads",
                                                  "head_dim", "mixes", "co_len_min", "co_len_max")},
-    "rules": ("split rules, ';'-separated (attnum.attention.split_rules)", _ok(_rules)),
+    "rules": ("split rules, ';'-separated (attnum.attention.serving.split_rules)", _ok(_rules)),
     **{f: (_INTS + " (a list, or the CLI's \"1,4,16\")", _ok(lambda v, f=f: _ints(f, v)))
        for f in ("batch_sizes", "chunk_sizes", "page_sizes")},
     "device": ("cpu or cuda", lambda v: v in ("cpu", "cuda")),
@@ -122,6 +122,7 @@ def profile_spec(profile: str = "consistency", device: str = "cpu") -> Any:
 
 FAMILY = Family(
     name="consistency",
+    order=6,
     kinds=(StudyKind(name="consistency", point_type=ConsistencyPoint, run=_run, axes=AXES),),
     findings=findings,
     report=report,

@@ -5,7 +5,7 @@ Shapes: T tokens, D model width, H heads, d = D / H, V = 256 bytes.
 Everything but attention runs in float32 torch on the one request (B = 1), so it cannot depend on the
 batch; attention goes through attnum's core under a policy: the prompt in one causal pass
 (:func:`attnum.attention.flash.flash_attention`), each new token as a decode step
-(:func:`attnum.attention.decode.decode_attention`) whose split plan the caller gives -- the plan a
+(:func:`attnum.attention.serving.decode.decode_attention`) whose split plan the caller gives -- the plan a
 kernel would have chosen for the whole batch the request sits in.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from attnum.attention.decode import decode_attention
 from attnum.attention.flash import flash_attention
+from attnum.attention.serving.decode import decode_attention
 from attnum.workloads.models import ByteLM, set_attention
 
 
@@ -56,7 +56,7 @@ class ServedLM:
     @torch.no_grad()
     def step(self, token: int, plan) -> torch.Tensor:
         """Logits (V,) after appending ``token`` at the next position, attention under ``plan`` (a
-        one-sequence :class:`attnum.attention.split_rules.SplitPlan` for length + 1 keys)."""
+        one-sequence :class:`attnum.attention.serving.split_rules.SplitPlan` for length + 1 keys)."""
         t = self.length
         x = self.model.emb(torch.tensor([[token]])) + self.model.pos[t:t + 1]
         for blk, (kc, vc) in zip(self.model.blocks, self.cache):

@@ -7,11 +7,11 @@ Ways (each gives the request's output rows (H, d) at the config's query position
 - ``prefill``: one causal pass over all T tokens (:func:`attnum.attention.flash.flash_attention`,
   Bc = 128), the training-side way;
 - ``chunked:C``: chunked prefill, chunk c's queries against the cache up to its end
-  (:func:`attnum.attention.decode.decode_attention` with N = C queries, bottom-right causal);
+  (:func:`attnum.attention.serving.decode.decode_attention` with N = C queries, bottom-right causal);
 - ``paged:P``: a decode step on a paged cache of P-token pages, tiled by page (B = 1, unsplit);
 - ``decode`` under each split rule, alone (B = 1) and inside batches: B - 1 other requests of lengths
   drawn as :meth:`ConsistencyConfig.co_lengths` says. The other requests change only the rule's plan
-  (:func:`attnum.attention.split_rules.plan_splits` of the whole batch); the request's arithmetic
+  (:func:`attnum.attention.serving.split_rules.plan_splits` of the whole batch); the request's arithmetic
   then depends on its own ranges alone, so only its row is computed (bit-identical to computing the
   whole batch: a sequence's partials never read another's).
 
@@ -30,11 +30,11 @@ from typing import Any
 import torch
 
 from attnum.attention.baseline import baseline_attention
-from attnum.attention.decode import decode_attention
 from attnum.attention.flash import flash_attention
 from attnum.attention.golden import golden_attention
-from attnum.attention.paged import paged_decode_attention, to_pages
-from attnum.attention.split_rules import parse_split_rule, plan_splits
+from attnum.attention.serving.decode import decode_attention
+from attnum.attention.serving.paged import paged_decode_attention, to_pages
+from attnum.attention.serving.split_rules import parse_split_rule, plan_splits
 from attnum.numerics.metrics import ulp
 from attnum.numerics.policy import parse_policy
 from attnum.numerics.rounding import round_to

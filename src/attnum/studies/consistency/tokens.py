@@ -7,7 +7,7 @@ Each of ``prompts`` prompts (``prompt_len`` bytes of held-out text) is completed
 ``gen_len`` bytes ``runs`` times per schedule. At every decode step of a run the request shares the
 GPU with a batch whose size is drawn uniformly from 1..``max_batch`` (seeded by run and step), as
 requests join and leave a server; the split rule then plans the step for that batch
-(:mod:`attnum.attention.split_rules`). ``variant_rule`` (vLLM's unified kernel: 3D segments at small
+(:mod:`attnum.attention.serving.split_rules`). ``variant_rule`` (vLLM's unified kernel: 3D segments at small
 batch, 2D above 128 // G sequences) depends on the batch; ``invariant_rule`` does not. The Thinking
 Machines experiment counted unique completions of 1,000 runs of one prompt; here we count unique
 completions per prompt over the runs.
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from attnum.attention.split_rules import parse_split_rule, plan_splits
+from attnum.attention.serving.split_rules import parse_split_rule, plan_splits
 from attnum.errors import bad_value
 from attnum.numerics.policy import parse_policy
 from attnum.numerics.threads import one_thread
@@ -65,7 +65,7 @@ class TokensConfig:
                 raise bad_value(name, v, "a positive integer")
         if self.prompt_len + self.gen_len > self.seq_len:
             raise bad_value("gen_len", self.gen_len, f"at most seq_len - prompt_len = {self.seq_len - self.prompt_len}")
-        from attnum.attention.decode import check_decodable
+        from attnum.attention.serving.decode import check_decodable
 
         for f in self.formats:
             check_decodable(parse_policy(self.policy, f))  # served by decode steps: no low-bit substitution

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """CosSim / relative L1 / RMSE of SageAttention's configurations beside the published figures."""
         if exp2:
-            from attnum.attention.exp2 import POLY_EX2
+            from attnum.attention.lowbit.exp2 import POLY_EX2
             from attnum.studies.lowbit.fa4_study import exp2_binade_report
 
             if degree not in POLY_EX2:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from attnum.attention import flash_attention, golden_attention
-from attnum.attention.exp2 import binade, exp2_poly, ulp_error
+from attnum.attention.lowbit.exp2 import binade, exp2_poly, ulp_error
 from attnum.errors import bad_value
 from attnum.numerics.rounding import round_to
 

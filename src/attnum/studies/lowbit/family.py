@@ -120,6 +120,7 @@ def _profile(profile: str, device: str):
 
 FAMILY = Family(
     name="lowbit",
+    order=7,
     kinds=(StudyKind(name="lowbit", point_type=LowbitPoint, run=_run, axes=LOWBIT_FIELDS, metrics=(
         ("cossim", "CosSim vs float64"), ("rel_l1", "relative L1 vs float64"), ("rmse", "RMSE vs float64"))),),
     findings=findings,

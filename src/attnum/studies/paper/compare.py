@@ -24,7 +24,7 @@ from attnum.attention.tiles import resolve_tiles
 from attnum.errors import AttnumInputError, bad_value
 from attnum.numerics.formats import get_format
 from attnum.numerics.metrics import deviation, error_ratio
-from attnum.numerics.mma_sites import check_arch
+from attnum.numerics.mma.sites import check_arch
 from attnum.numerics.policy import parse_policy
 from attnum.numerics.rounding import round_to
 from attnum.sweep import memo

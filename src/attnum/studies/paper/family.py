@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from attnum.studies.paper.compare import FIELDS
-from attnum.studies.paper.findings import compute_findings, compute_maps
-from attnum.studies.paper.headline import paper_headline, paper_in_short
 from attnum.studies.paper.point import COMPARISONS, Point
 from attnum.studies.paper.profiles import PROFILES, paper_spec
-from attnum.studies.paper.report import report
+from attnum.studies.paper.report.findings import compute_findings, compute_maps
+from attnum.studies.paper.report.headline import paper_headline, paper_in_short
+from attnum.studies.paper.report.section import report
 from attnum.studies.paper.run import run_attribute_point, run_compare_point, run_kernels_point
 from attnum.sweep.registry import Family, StudyKind
 
@@ -27,6 +27,7 @@ def _headline(maps: list) -> list[str]:
 
 FAMILY = Family(
     name="paper",
+    order=0,
     kinds=(
         StudyKind(name="compare", point_type=Point, run=run_compare_point, axes=FIELDS,
                   from_config=Point.from_config, metrics=METRICS),

@@ -32,7 +32,7 @@ from typing import Any
 from attnum.sweep.spec import SweepSpec, spec_from_dict
 
 PROFILES = ("quick", "full", "smoke")  # the inference profiles are the serving family's
-MMA_ARCHES = ("sm80", "sm90")  # the grid-mma group's tensor-core models (attnum.numerics.mma)
+MMA_ARCHES = ("sm80", "sm90")  # the grid-mma group's tensor-core models (attnum.numerics.mma.dense)
 _NAMED = ["bf16", "fp16", "fp32", "fp64"]
 
 

@@ -15,6 +15,7 @@ def _run(point: RingPoint, kernels: tuple[str, ...]) -> dict[str, Any]:
 
 FAMILY = Family(
     name="parallel",
+    order=2,
     kinds=(
         StudyKind(name="ring", point_type=RingPoint, run=_run, axes=RING_FIELDS, metrics=(
             ("max_abs", "max |ring - golden|"),

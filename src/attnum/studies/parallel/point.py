@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from attnum.attention.merge import METHODS
-from attnum.attention.ring import LAYOUTS
+from attnum.attention.parallel.ring import LAYOUTS
+from attnum.attention.serving.merge import METHODS
 from attnum.errors import bad_value
 from attnum.numerics.formats import get_format
 from attnum.sweep.axes import POLICY_NAMES, accepts, positive_int

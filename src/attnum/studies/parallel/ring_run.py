@@ -1,11 +1,11 @@
 """Ring attention for real: one process per shard over torch.distributed (gloo on CPU, nccl on GPU).
 
-Each rank holds its shard's Q, K, V (:func:`attnum.attention.ring.shard_positions`); at every step it
+Each rank holds its shard's Q, K, V (:func:`attnum.attention.parallel.ring.shard_positions`); at every step it
 posts the K/V block it holds to rank r + 1 and a receive from rank r - 1 (isend/irecv, each waited on
 with the run's timeout), computes the block it holds with the same :class:`RingRank` the simulation
 uses, and then swaps in the received block. The ranks' outputs are gathered back in the parent by
-position. Nothing but communication differs from :func:`attnum.attention.ring.ring_attention`, so the
-outputs agree bit for bit (tests/test_ring_dist.py) when both run with the same BLAS thread count
+position. Nothing but communication differs from :func:`attnum.attention.parallel.ring.ring_attention`, so the
+outputs agree bit for bit (tests/studies/test_ring_dist.py) when both run with the same BLAS thread count
 (the ranks run one thread each; so must the simulation compared with them).
 """
 
@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import torch
 
-from attnum.attention.ring import RingPlan, RingRank, plan_for, shard_positions
+from attnum.attention.parallel.ring import RingPlan, RingRank, plan_for, shard_positions
 from attnum.studies.parallel.spawn import run_ranks
 
 
@@ -49,7 +49,7 @@ def ring_attention_distributed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                layout: str = "contiguous", merge_policy="fp32", merge_method: str = "lse",
                                block_q: int | None = None, block_k: int | None = None, backend: str = "gloo",
                                timeout: float = 120.0, fault: dict | None = None, return_lse: bool = False):
-    """:func:`attnum.attention.ring.ring_attention`'s arguments, run on ``shards`` processes.
+    """:func:`attnum.attention.parallel.ring.ring_attention`'s arguments, run on ``shards`` processes.
 
     ``backend``: ``gloo`` (CPU) or ``nccl`` (one GPU per rank). A rank that fails or dies raises
     :class:`attnum.studies.parallel.spawn.RankFailed` naming it; ``timeout`` bounds every wait.

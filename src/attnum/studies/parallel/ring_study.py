@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from attnum.attention import flash_attention, golden_attention
-from attnum.attention.merge import METHODS
-from attnum.attention.ring import LAYOUTS, ring_attention, shard_positions
+from attnum.attention.parallel.ring import LAYOUTS, ring_attention, shard_positions
+from attnum.attention.serving.merge import METHODS
 from attnum.errors import AttnumInputError, bad_value
 from attnum.kernels.context_parallel import CP_KERNELS, cp_status
 from attnum.numerics.metrics import deviation
@@ -89,7 +89,7 @@ class RingConfig:
             if not ok:
                 raise AttnumInputError(f"backend={self.backend!r} is not available here: {why}")
             raise AttnumInputError(f"backend={self.backend!r}: running it is not wired up in this version; "
-                                   "its adapter is attnum.kernels." + CP_KERNELS[self.backend].__name__.split(".")[-1])
+                                   "its adapter is " + CP_KERNELS[self.backend].rank_attention.__module__)
         if self.backend == "nccl" and torch.cuda.device_count() < max(self.shards):
             raise AttnumInputError(f"backend='nccl' is not available here: it needs {max(self.shards)} CUDA devices, "
                                    f"found {torch.cuda.device_count()}")

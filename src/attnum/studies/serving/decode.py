@@ -12,10 +12,10 @@ queries are its last N positions (causal, ``causal_alignment``). Each point reco
 - ``unsplit_vs_golden``: the same with one split on a contiguous cache (the kernel without flash-decoding);
 - ``decode_vs_unsplit``: what splitting / paging alone changed;
 - ``baseline_vs_golden``: plain same-precision attention per sequence (materialized, ``policy``);
-- with ``mla_rank``: DeepSeek MLA (:mod:`attnum.attention.mla`) on the latent cache, the chosen path
+- with ``mla_rank``: DeepSeek MLA (:mod:`attnum.attention.serving.mla`) on the latent cache, the chosen path
   (``absorbed`` or explicit) as ``decode_vs_golden``, the other as ``other_path_vs_golden``, and
   ``absorbed_vs_explicit``;
-- ``cost``: FLOPs, bytes and roofline bounds (:mod:`attnum.attention.cost`) where the format has a cost model.
+- ``cost``: FLOPs, bytes and roofline bounds (:mod:`attnum.attention.cost.model`) where the format has a cost model.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from attnum.attention.baseline import baseline_attention
-from attnum.attention.decode import decode_attention, decode_reference
 from attnum.attention.masks import ALIGNMENTS
-from attnum.attention.merge import parse_lse_base
-from attnum.attention.paged import paged_decode_attention, to_pages
+from attnum.attention.serving.decode import decode_attention, decode_reference
+from attnum.attention.serving.merge import parse_lse_base
+from attnum.attention.serving.paged import paged_decode_attention, to_pages
 from attnum.errors import AttnumInputError, bad_value
 from attnum.numerics.formats import get_format
 from attnum.numerics.metrics import deviation
@@ -75,7 +75,7 @@ class DecodeConfig:
             check_decode_field(f.name, getattr(self, f.name))
         object.__setattr__(self, "format", get_format(self.format).name)
         object.__setattr__(self, "lse_base", str(parse_lse_base(self.lse_base)))
-        from attnum.attention.quant import parse_scale
+        from attnum.attention.lowbit.quant import parse_scale
 
         object.__setattr__(self, "kv_scale", parse_scale(self.kv_scale))
         parse_policy(self.policy, self.format)
@@ -87,7 +87,7 @@ class DecodeConfig:
             if self.absorbed:
                 raise bad_value("absorbed", True, "False unless mla_rank is set (absorption is an MLA path)")
             return
-        from attnum.attention.mla import check_rank
+        from attnum.attention.serving.mla import check_rank
 
         check_rank(self.mla_rank, self.heads, self.head_dim)
         for name, unset in (("splits", 1), ("page_size", None), ("kv_heads", None), ("split_rule", None)):
@@ -100,13 +100,13 @@ class DecodeConfig:
 
 
 def _kv_dtype(v: Any) -> bool:
-    from attnum.attention.quant import KV_CACHE_DTYPES
+    from attnum.attention.lowbit.quant import KV_CACHE_DTYPES
 
     return isinstance(v, str) and v.strip().lower() in KV_CACHE_DTYPES
 
 
 def _scale(v: Any) -> bool:
-    from attnum.attention.quant import parse_scale
+    from attnum.attention.lowbit.quant import parse_scale
 
     return not isinstance(v, bool) and accepts(parse_scale)(v)
 
@@ -129,13 +129,13 @@ DECODE_FIELDS: dict[str, tuple[str, Any]] = {
     "kv_scale": ("a positive finite number (vLLM's default 1.0) or 'calibrated'", _scale),
     "mla_rank": ("a positive integer (MLA latent rank r) or none", opt_positive_int),
     "absorbed": ("true or false", lambda v: isinstance(v, bool)),
-    "split_rule": ("none or a split rule (attnum.attention.split_rules: fa2, flashinfer:2048, sglang-fixed:256, "
+    "split_rule": ("none or a split rule (attnum.attention.serving.split_rules: fa2, flashinfer:2048, sglang-fixed:256, "
                    "sglang, vllm, vllm-invariant, count:N)", lambda v: v is None or accepts(_split_rule)(v)),
 }
 
 
 def _split_rule(v: Any):
-    from attnum.attention.split_rules import parse_split_rule
+    from attnum.attention.serving.split_rules import parse_split_rule
 
     return parse_split_rule(v)
 
@@ -147,7 +147,7 @@ def check_decode_field(name: str, value: Any) -> None:
 
 
 def _quantization(cfg: DecodeConfig):
-    from attnum.attention.quant import kv_cache_quantization
+    from attnum.attention.lowbit.quant import kv_cache_quantization
 
     return kv_cache_quantization(cfg.kv_cache_dtype, cfg.kv_scale)
 
@@ -178,7 +178,7 @@ def _run_attention(cfg: DecodeConfig, policy) -> dict[str, Any]:
     overflow = 0
     kq, vq = k, v
     if quant is not None:
-        from attnum.attention.quant import quantize_kv_cache
+        from attnum.attention.lowbit.quant import quantize_kv_cache
 
         cache = quantize_kv_cache(k, v, quant)
         (kq, vq), overflow = cache.dequantize(policy.inputs), cache.overflow
@@ -192,7 +192,7 @@ def _run_attention(cfg: DecodeConfig, policy) -> dict[str, Any]:
         o = paged_decode_attention(q, kp, vp, block_table=table, num_splits=cfg.splits, **kw)
         tiles = {"Bc": cfg.page_size, "splits": cfg.splits, "paged": True}
     if cfg.split_rule is not None:
-        from attnum.attention.split_rules import plan_splits
+        from attnum.attention.serving.split_rules import plan_splits
 
         plan = plan_splits(cfg.split_rule, lens=lens.tolist(), heads=cfg.heads, kv_heads=cfg.kv_heads or cfg.heads,
                            head_dim=cfg.head_dim, queries=cfg.queries)
@@ -219,7 +219,7 @@ def _mla_cache(cfg: DecodeConfig):
 
 
 def _run_mla(cfg: DecodeConfig, policy) -> dict[str, Any]:
-    from attnum.attention.mla import mla_attention, mla_golden
+    from attnum.attention.serving.mla import mla_attention, mla_golden
     from attnum.studies.serving.mla_table import MLATableConfig, mla_inputs
 
     args = mla_inputs(MLATableConfig(batch=cfg.batch, heads=cfg.heads, q_len=cfg.queries, kv_len=cfg.cache_len,
@@ -240,8 +240,8 @@ def _run_mla(cfg: DecodeConfig, policy) -> dict[str, Any]:
 
 
 def _cost(cfg: DecodeConfig) -> dict[str, Any] | None:
-    """attnum.attention.cost for this call, or None where the formats have no cost model."""
-    from attnum.attention.cost import DEVICES, CostConfig, attention_cost
+    """attnum.attention.cost.model for this call, or None where the formats have no cost model."""
+    from attnum.attention.cost.model import DEVICES, CostConfig, attention_cost
 
     kv = {"auto": cfg.format, "fp8": "e4m3fn", "fp8_e4m3": "e4m3fn", "fp8_e5m2": "e5m2"}.get(
         cfg.kv_cache_dtype, cfg.kv_cache_dtype)

@@ -16,6 +16,7 @@ def _run(point: Any, kernels: tuple[str, ...]) -> dict[str, Any]:
 
 FAMILY = Family(
     name="serving",
+    order=1,
     kinds=(
         StudyKind(name="decode", point_type=DecodePoint, run=_run, axes=DECODE_FIELDS),
         StudyKind(name="fp8-table", point_type=FP8TablePoint, run=_run),

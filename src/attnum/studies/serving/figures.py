@@ -25,7 +25,7 @@ CAPTIONS = {
     "decode-pages": "Paged decode tiled by page (Bc = page size): deviation against page size; right: vs the "
                     "contiguous unsplit decode with 128-key tiles, in output ULPs.",
     "decode-kv-format": "KV-cache format: RMSE against the golden on the unquantized cache (bars: median over seeds), "
-                        "and the KV bytes each moves relative to bf16 (attnum.attention.cost).",
+                        "and the KV bytes each moves relative to bf16 (attnum.attention.cost.model).",
     "decode-gqa": "GQA: deviation against the group size H / G (G = H is MHA, G = 1 MQA), 4 splits.",
     "decode-mla": "MLA (DeepSeek) on a latent cache: explicit (K, V up-projected) and absorbed (W_UK in q, "
                   "MQA over the latent) RMSE vs golden per cache format, and absorbed vs explicit.",

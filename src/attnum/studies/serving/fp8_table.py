@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from attnum.attention import baseline_attention, flash_attention, golden_attention
-from attnum.attention.quant import fp8_attention, fp8_baseline_attention, quant_format
+from attnum.attention.lowbit.quant import fp8_attention, fp8_baseline_attention, quant_format
 from attnum.errors import bad_value
 from attnum.numerics.metrics import deviation
 from attnum.workloads.inputs import InputSpec, make_qkv
@@ -54,14 +54,14 @@ class FP8TableConfig:
     block: int = 128
     seed: int = 0
     fp16: bool = True
-    mma: str | None = None  # every GEMM as this architecture's tensor cores (attnum.numerics.mma_sites)
+    mma: str | None = None  # every GEMM as this architecture's tensor cores (attnum.numerics.mma.sites)
 
     def __post_init__(self) -> None:
-        from attnum.numerics.mma_sites import check_arch
+        from attnum.numerics.mma.sites import check_arch
 
         object.__setattr__(self, "mma", check_arch(self.mma, param="mma"))
         if self.mma is not None:  # the table's GEMMs are FP8: refuse an architecture without them before any work
-            from attnum.numerics.mma_arch import get_arch
+            from attnum.numerics.mma.arch import get_arch
 
             get_arch(self.mma).instruction("fp8")
         InputSpec(batch=self.batch, heads=self.heads, seq_len=self.seq_len, head_dim=self.head_dim, seed=self.seed)

@@ -3,7 +3,7 @@
 Error: one decode step (N = 1 query per head, causal bottom-right is then every key) over an S-token
 cache, seeded N(0, 1) (or outlier) inputs; the cache is quantized (:func:`quantize_kv_cache`),
 dequantized to bf16 in the kernel (as vLLM does before QK^T) and attended under ``fa2:bf16``.
-The bf16 row stores the cache in bf16. Cost: :func:`attnum.attention.cost.compare_costs` at the (larger)
+The bf16 row stores the cache in bf16. Cost: :func:`attnum.attention.cost.model.compare_costs` at the (larger)
 ``cost_shape`` -- the issue's decode benchmark shape, B = 8, H = 32, G = 8, S = 32768, d = 128.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnum.attention import flash_attention, golden_attention
-from attnum.attention.cost import CostConfig
-from attnum.attention.cost_devices import compare_costs
-from attnum.attention.quant import Quantization, quantize_kv_cache
+from attnum.attention.cost.devices import compare_costs
+from attnum.attention.cost.model import CostConfig
+from attnum.attention.lowbit.quant import Quantization, quantize_kv_cache
 from attnum.numerics.metrics import deviation
 from attnum.workloads.inputs import InputSpec, make_qkv
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnum.attention.cost import CostConfig, attention_cost
-from attnum.attention.mla import check_rank, mla_attention, mla_golden
-from attnum.attention.quant import Quantization
+from attnum.attention.cost.model import CostConfig, attention_cost
+from attnum.attention.lowbit.quant import Quantization
+from attnum.attention.serving.mla import check_rank, mla_attention, mla_golden
 from attnum.errors import bad_value
 from attnum.numerics.metrics import deviation
 
@@ -62,7 +62,7 @@ def mla_inputs(cfg: MLATableConfig):
 
 def run_mla_table(cfg: MLATableConfig) -> list[dict]:
     """One row per (cache, path): rmse, max_abs, cosine vs golden, overflow, cache bytes per token, FLOPs
-    and bytes of the call (attnum.attention.cost), and for the absorbed row its RMSE against the explicit one."""
+    and bytes of the call (attnum.attention.cost.model), and for the absorbed row its RMSE against the explicit one."""
     args = mla_inputs(cfg)
     gold = mla_golden(*args, is_causal=True)
     rows = []

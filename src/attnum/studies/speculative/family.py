@@ -18,6 +18,7 @@ def _run(point: SpecPoint, kernels: tuple[str, ...]) -> dict[str, Any]:
 
 FAMILY = Family(
     name="speculative",
+    order=3,
     kinds=(
         StudyKind(name="spec", point_type=SpecPoint, run=_run, axes=SPEC_FIELDS, metrics=(
             ("tv", "TV(speculative, target)"),

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     def diverge(
         workload: str = typer.Option("digits", help="digits (caption-conditioned diffusion) or lm (byte LM)."),
         profile: str = typer.Option("quick", help="quick (minutes on 2 CPU cores) or full; bias (bias-tiny): the "
-                                                  "biased-rounding comparison of attnum.studies.training.bias (lm only)."),
+                                                  "biased-rounding comparison of attnum.studies.training.bias.study (lm only)."),
         attention: str = typer.Option(
             "flash:uniform:bf16", help="Candidate: flash:POLICY, baseline:POLICY, eager, or a kernel name (default: "
                                        "flash with every site in bf16, the paper's pairing)."),
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
             print(dumps(result, indent=1) if as_json else _folders_text(result))
             return
         if profile.startswith("bias"):
-            from attnum.studies.training.cli_bias import diverge_bias
+            from attnum.studies.training.bias.cli import diverge_bias
 
             if workload != "lm":  # before the folder is made or locked: a rejected command leaves nothing
                 raise AttnumInputError(f"workload={workload!r} is not allowed with --profile {profile}; expected lm")

@@ -5,4 +5,4 @@ from __future__ import annotations
 
 from attnum.sweep.registry import Family
 
-FAMILY = Family(name="training")
+FAMILY = Family(name="training", order=4)

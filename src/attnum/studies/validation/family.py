@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from attnum.sweep.registry import Family
 
-FAMILY = Family(name="validation")
+FAMILY = Family(name="validation", order=5)

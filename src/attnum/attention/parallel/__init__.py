@@ -1,0 +1,1 @@
+"""Attention across devices: context-parallel (ring) attention over sequence shards."""

@@ -1,0 +1,323 @@
+"""vLLM (vllm-project/vllm): every kernel attnum runs from it, one section per upstream file.
+
+Triton kernels (``vllm/v1/attention/ops``), from the installed ``vllm`` or the pinned wheel (``attnum kernels
+fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's interpreter (GPU arithmetic:
+:mod:`attnum.kernels.triton.faithful`), with CUDA natively:
+
+- ``vllm-unified`` -- ``triton_unified_attention.unified_attention``: variable-length prefill and decode over a
+  paged cache (pages (n, P, G, d), ``block_table``, ``seqused_k``, ``cu_seqlens_q``); the queries are the last
+  positions of each sequence (bottom-right causal). ``num_splits`` > 1 takes its 3D path
+  (``num_par_softmax_segments`` segments, then ``reduce_segments``). As SDPA: q (B, H, N, d) become B sequences
+  of N queries over S keys, the contiguous K/V cut into pages of 16. It returns no LSE.
+- ``vllm-triton-merge`` -- ``triton_merge_attn_states.merge_attn_states``: two-state merge, LSE head-major
+  (H, T), natural log.
+- ``vllm-triton-decode`` -- ``triton_decode_attention.decode_attention_fwd``: one query per sequence over a
+  paged cache (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output;
+  ``vllm-mla-decode``: the same entry with ``is_mla=True`` (the grouped kernel for H / G > 1; MLA: a latent
+  cache whose first dv dims are the values, declared ``attnum_mla``; the mla-latent-decode probe).
+- ``vllm-prefix-prefill`` -- ``prefix_prefill.context_attention_fwd``: chunked prefill over a cached prefix:
+  each sequence's first ``L - N`` tokens (its context) are read from the paged cache in vLLM's older layout --
+  K ``[num_blocks, G, d / x, block_size, x]``, V ``[num_blocks, G, d, block_size]``, x = 16 bytes / element
+  size -- through ``b_loc`` (the block table); its last N tokens (the new chunk) come as dense ``k``/``v``
+  tokens beside the queries (``b_start_loc``: cumulative query lengths, ``b_seq_len``: L). The queries are the
+  last N positions (bottom-right causal; ``is_causal=False`` makes the chunk bidirectional, the context stays
+  visible). Its context loop runs in 32-token tiles (``TRITON_BLOCK_SIZE``), the chunk in 128 x 64; it divides
+  by ``l + 1e-10`` (a row with no key would come out 0, a finite sentinel) and returns no LSE. Its ``tl.dot``
+  takes Triton's default ``input_precision`` (TF32 on sm80+ for fp32; IEEE only on Turing). Entry points:
+  SDPA (S - N context tokens, paged here in blocks of 16, then the last N dense; S >= N) and decode (the
+  protocol's cache, contiguous or a page pool (n, P, G, d), relaid into vLLM's layout whole -- every page, NaN
+  pages included -- with the protocol's block table; L >= N per sequence).
+
+CUDA kernel of the installed package:
+
+- ``vllm-merge`` -- ``merge_attn_states`` (prefix/suffix merge of chunked prefill) as a merge target. vLLM
+  writes into a preallocated output and keeps the LSE head-major: outputs (tokens, heads, dim), LSE
+  (heads, tokens) float32, natural log; the adapter transposes to the protocol's (tokens, heads). The CUDA
+  kernel maps +-inf LSEs to -inf (it accepts FA2's +inf empty rows); the Triton one gave NaN for two empty
+  states before vllm#39148. Not an attention kernel: SDPA calls are unsupported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+
+from attnum.kernels import serving_layout as lay
+from attnum.kernels.protocol import sdpa_kernel, serving_kernel
+from attnum.kernels.serving import ServingTarget
+from attnum.kernels.wheels import source as wheels
+
+PACKAGE = "vllm"
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OPS = "vllm.v1.attention.ops."
+PAGE = 16
+
+
+# -- triton_unified_attention.py, triton_merge_attn_states.py, triton_decode_attention.py ------------------
+
+
+
+def _mod(name: str):
+    return wheels.load(PACKAGE, _OPS + name)
+
+
+def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits):
+    T, H, d = q_tok.shape
+    kw = {}
+    if num_splits > 1:
+        hp = 1 << (d - 1).bit_length()
+        f32 = dict(dtype=torch.float32, device=q_tok.device)
+        kw = dict(seq_threshold_3D=1 << 30, num_par_softmax_segments=num_splits,
+                  softmax_segm_output=torch.empty(T, H, num_splits, hp, **f32),
+                  softmax_segm_max=torch.empty(T, H, num_splits, **f32),
+                  softmax_segm_expsum=torch.empty(T, H, num_splits, **f32))
+    _mod("triton_unified_attention").unified_attention(
+        q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, (-1, -1),
+        table, 0.0, None, None, None, **kw)
+    return out_tok
+
+
+def _check_unified(q, v):
+    if v.shape[-1] != q.shape[-1]:
+        raise NotImplementedError("vllm unified_attention: head dim of V == head dim of Q only")
+
+
+def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Prefill: B sequences of N queries, the last N of S positions."""
+    lay.refuse_sdpa_extras("vllm unified_attention", query, key, attn_mask, enable_gqa)
+    B, H, N, d = query.shape
+    S = key.shape[2]
+    if 0 in (N, S):
+        raise NotImplementedError("vllm unified_attention: N, S >= 1")
+    _check_unified(query, value)
+    kp, vp, table = lay.pages_of(key, value, [S] * B, PAGE)
+    dev = query.device
+    cu_q = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev)
+    used = torch.full((B,), S, dtype=torch.int32, device=dev)
+    out = torch.empty(B * N, H, d, dtype=query.dtype, device=dev)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    _unified(lay.tokens(query), kp, vp, out, cu_q=cu_q, used_k=used, max_q=N, scale=sc, causal=bool(is_causal),
+             table=table, num_splits=1)
+    return lay.untokens(out, B, N)
+
+
+def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
+           scale=None, return_lse=False, out=None, lse_out=None):
+    """attnum's decode protocol -> ``unified_attention`` (N queries per sequence, pages as they come)."""
+    if return_lse:
+        raise NotImplementedError("vllm unified_attention returns no LSE")
+    _check_unified(q, v_cache)
+    B, H, N, d = q.shape
+    lens = lay.lengths(cache_seqlens)
+    if block_table is None:
+        k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
+    dev = q.device
+    cu_q = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev)
+    used = torch.tensor(lens, dtype=torch.int32, device=dev)
+    buf = lay.token_out(out, q)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    _unified(lay.tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
+             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits)
+    return lay.written(out, buf, B, N)
+
+
+def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
+           scale=None):
+    """attnum's varlen protocol -> ``unified_attention``: ``cu_seqlens_q`` as given, each sequence's packed keys
+    cut into pages of 16 (``seqused_k`` = its key count), its queries the last of its keys (bottom-right)."""
+    _check_unified(q, v)
+    spans = lay.varlen_spans(cu_seqlens_q, cu_seqlens_k)
+    kc, vc, lens = lay.padded_cache(k, v, spans)
+    kp, vp, table = lay.pages_of(kc, vc, lens, PAGE)
+    dev = q.device
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype, device=dev)
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    _unified(q.contiguous(), kp, vp, out, cu_q=cu_seqlens_q.to(device=dev, dtype=torch.int32),
+             used_k=torch.tensor(lens, dtype=torch.int32, device=dev),
+             max_q=max([1] + [q1 - q0 for q0, q1, _, _ in spans]), scale=sc, causal=bool(is_causal), table=table,
+             num_splits=1)
+    return out
+
+
+def triton_merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
+    """``merge_attn_states(output, prefix_o, prefix_lse (H, T), suffix_o, suffix_lse, output_lse)``; the
+    LSEs pass as transposed views (the kernel reads their strides)."""
+    out = torch.empty_like(o_a) if out is None else out
+    lse_out = torch.empty_like(lse_a) if lse_out is None else lse_out
+    _mod("triton_merge_attn_states").merge_attn_states(out, o_a.contiguous(), lse_a.contiguous().T, o_b.contiguous(),
+                                                       lse_b.contiguous().T, lse_out.T)
+    return out, lse_out
+
+
+def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
+                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None, mla=False):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1); ``mla``: its MLA path (below)."""
+    B, H, N, d = q.shape
+    if N != 1:
+        raise NotImplementedError("vllm decode_attention_fwd: one query per sequence")
+    lens = lay.lengths(cache_seqlens)
+    if block_table is None:
+        k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
+    dv, dev = v_cache.shape[-1], q.device
+    o = out[:, :, 0, :] if out is not None else torch.empty(B, H, dv, dtype=q.dtype, device=dev)
+    lse = lse_out[:, :, 0] if lse_out is not None else torch.empty(B, H, dtype=torch.float32, device=dev)
+    logits = torch.empty(B, H, num_splits, dv + 1, dtype=torch.float32, device=dev)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    args = (q[:, :, 0].contiguous(), k_cache.contiguous(), v_cache.contiguous(), o, lse,
+            block_table.to(torch.int32).contiguous(), torch.tensor(lens, dtype=torch.int32, device=dev), logits,
+            num_splits, sc)
+    # is_mla as vLLM's Triton MLA backend passes it: decode_attention_fwd itself picks the grouped kernel
+    # for H / G > 1 (every real MLA call: one latent head) and the MHA kernel for H == G
+    _mod("triton_decode_attention").decode_attention_fwd(*args, page_size=k_cache.shape[1], is_mla=mla)
+    o4 = out if out is not None else o.unsqueeze(2)
+    return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
+
+
+UNIFIED = ServingTarget("vllm-unified", sdpa=unified_sdpa, decode=unified_decode, varlen=unified_varlen, lse_base="e",
+                        causal_alignment="bottom_right",
+                        accepts_out=True, split_rule="power-of-two")
+MERGE = ServingTarget("vllm-triton-merge", merge_state=triton_merge_state, lse_base="e", accepts_out=True)
+TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,
+                              accepts_out=True, split_rule="fixed-splits")
+
+
+def mla_decode(q, k_cache, v_cache, **kw):
+    """vLLM's MLA decode (``decode_attention_fwd(..., is_mla=True)``, as its Triton MLA backend calls it;
+    the grouped kernel whenever H / G > 1): k_cache holds the latent and rope dims (d = dv + r), v_cache the latent (dv), one KV head in
+    a real model; the kernel splits the score into a BLOCK_DMODEL and a BLOCK_DPE dot product (512 + 64
+    for d = 576, 256 + 32 for d = 288, else next powers of two of dv and d - dv) and, with ``is_mla``, takes
+    V from the loaded latent, never from v_cache: a v_cache that is not k_cache[..., :dv] is refused."""
+    dv = v_cache.shape[-1]
+    latent = k_cache[..., :dv].contiguous()
+    ints = {2: torch.int16, 4: torch.int32, 1: torch.int8}[latent.element_size()]  # bits: a NaN pad is equal
+    if v_cache.shape != latent.shape or v_cache.dtype != latent.dtype or \
+            not torch.equal(v_cache.contiguous().view(ints), latent.view(ints)):
+        raise NotImplementedError("vLLM's MLA decode reads the values from the latent (v = k[..., :dv]; its "
+                                  "kernel never loads V with is_mla): a separate V cache is not supported")
+    return triton_decode(q, k_cache, v_cache, mla=True, **kw)
+
+
+MLA_DECODE = ServingTarget("vllm-mla-decode", decode=mla_decode, lse_base="e", single_query_only=True,
+                           accepts_out=True, split_rule="fixed-splits", features=("mla",))
+
+
+# -- prefix_prefill.py ----------------------------------------------------------------------------------
+
+
+
+def vllm_cache_layout(k_pool, v_pool):
+    """(n, P, G, d) pages -> K (n, G, d / x, P, x), V (n, G, d, P), x = 16 // element size (vLLM's)."""
+    n, P, G, d = k_pool.shape
+    x = 16 // k_pool.element_size()
+    if d % x:
+        raise NotImplementedError(f"vllm prefix_prefill: head dim {d} is not a multiple of x = {x}")
+    k = k_pool.reshape(n, P, G, d // x, x).permute(0, 2, 3, 1, 4).contiguous()
+    return k, v_pool.permute(0, 2, 3, 1).contiguous()
+
+
+def _chunk(pool, table, lens, N):
+    """The last N tokens of each sequence, (B N, G, d), read through the block table."""
+    P = pool.shape[1]
+    rows = [pool[table[b][j // P], j % P] for b, L in enumerate(lens) for j in range(L - N, L)]
+    return torch.stack(rows).contiguous()
+
+
+def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok):
+    """The kernel on B sequences of N queries; ``lens`` = L per sequence (L >= N)."""
+    dev, d = q_tok.device, q_tok.shape[-1]
+    if any(L < N for L in lens) or N == 0:
+        raise NotImplementedError("vllm prefix_prefill: the N >= 1 queries are the last N of each sequence's L keys")
+    tab = table.tolist()
+    k_tok, v_tok = _chunk(k_pool, tab, lens, N), _chunk(v_pool, tab, lens, N)
+    k_cache, v_cache = vllm_cache_layout(k_pool, v_pool)
+    one = torch.ones((), dtype=torch.float32, device=dev)
+    B = len(lens)
+    _mod("prefix_prefill").context_attention_fwd(
+        q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, table.to(torch.int32).contiguous(),
+        torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
+        torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
+        sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale), causal=bool(causal))
+    return out_tok
+
+
+def _check_prefix(q, k, v):
+    if k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
+        raise NotImplementedError("vllm prefix_prefill: head dims of Q, K, V equal only")
+
+
+def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Prefill: B sequences of N queries, the last N of S positions; the first S - N are cached context."""
+    lay.refuse_sdpa_extras("vllm prefix_prefill", query, key, attn_mask, enable_gqa)
+    B, H, N, _ = query.shape
+    _check_prefix(query, key, value)
+    S = key.shape[2]
+    kp, vp, table = lay.pages_of(key, value, [S] * B, PAGE)
+    out = torch.empty(B * N, H, query.shape[-1], dtype=query.dtype, device=query.device)
+    _prefix_run(lay.tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out)
+    return lay.untokens(out, B, N).contiguous()
+
+
+def prefix_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
+           scale=None, return_lse=False, out=None, lse_out=None):
+    """attnum's decode protocol -> ``context_attention_fwd`` (N queries = the last N of each sequence)."""
+    if return_lse:
+        raise NotImplementedError("vllm prefix_prefill returns no LSE")
+    _check_prefix(q, k_cache, v_cache)
+    B, H, N, d = q.shape
+    lens = lay.lengths(cache_seqlens)
+    if block_table is None:
+        k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
+    buf = lay.token_out(out, q)
+    _prefix_run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
+    return lay.written(out, buf, B, N)
+
+
+PREFIX_PREFILL = ServingTarget("vllm-prefix-prefill", sdpa=prefix_sdpa, decode=prefix_decode, lse_base="e",
+                               causal_alignment="bottom_right", empty_rows="zeros", accepts_out=True,
+                               split_rule="fixed-size")
+"""``empty_rows="zeros"``: what ``acc / (l + 1e-10)`` gives a row with no key (acc = l = 0); no case the
+adapter accepts has one (L >= N gives every query its own key)."""
+
+
+# -- merge_attn_states (CUDA, the installed package) ---------------------------------------------------
+
+_CUDA_MERGE_MODULES = ("vllm.v1.attention.ops.merge_attn_states", "vllm.attention.ops.merge_attn_states")
+
+
+def _cuda_merge_kernel():
+    for name in _CUDA_MERGE_MODULES:  # the module moved between vLLM versions
+        try:
+            return importlib.import_module(name).merge_attn_states
+        except ImportError:
+            continue
+    raise NotImplementedError(f"vllm is installed but none of {_CUDA_MERGE_MODULES} provides merge_attn_states")
+
+
+def cuda_merge_state(o_a, lse_a, o_b, lse_b):
+    fn = _cuda_merge_kernel()
+    out = torch.empty_like(o_a)
+    out_lse = torch.empty_like(lse_a.float().T.contiguous())
+    fn(out, o_a.contiguous(), lse_a.float().T.contiguous(), o_b.contiguous(), lse_b.float().T.contiguous(),
+       out_lse)
+    return out, out_lse.T
+
+
+CUDA_MERGE = ServingTarget("vllm-merge", merge_state=cuda_merge_state, lse_base="e")
+
+
+KERNELS = (
+    sdpa_kernel("vllm-merge", CUDA_MERGE, package=PACKAGE, devices=("cuda",), dtypes=DTYPES,
+                doc="``vllm-merge``: vLLM's ``merge_attn_states`` (prefix/suffix merge of chunked prefill) as a merge "
+                    "target."),
+    serving_kernel(UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)", package=PACKAGE,
+                   dtypes=DTYPES),
+    serving_kernel(MERGE, "vLLM merge_attn_states (Triton)", package=PACKAGE, dtypes=DTYPES),
+    serving_kernel(TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)", package=PACKAGE,
+                   dtypes=DTYPES),
+    serving_kernel(MLA_DECODE, "vLLM triton_decode_attention, MLA path (Triton; latent cache, d = dv + rope, single "
+                               "query, paged, LSE)", package=PACKAGE, dtypes=DTYPES),
+    serving_kernel(PREFIX_PREFILL, "vLLM prefix_prefill context_attention_fwd (Triton; prefill over a paged prefix, as "
+                                   "SDPA and decode)", package=PACKAGE, dtypes=DTYPES),
+)

@@ -1,0 +1,1 @@
+"""How attnum models a GPU running a Triton kernel: Triton's interpreter with the GPU's arithmetic (the faithful model), the tensor-core instruction per architecture, the decode-family arithmetic, and the model's self-test."""

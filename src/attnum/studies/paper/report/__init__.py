@@ -1,0 +1,1 @@
+"""The paper family's findings, headline, figures and report section, computed from stored rows."""
