@@ -11,9 +11,8 @@ import sys
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
-
 from triton.runtime import interpreter as I
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from attnum.kernels.triton import faithful as triton_faithful
 from attnum.kernels.triton import interp as triton_interp
