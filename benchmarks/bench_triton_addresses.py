@@ -7,7 +7,7 @@ Runs tests/_real_kernels_check.py's lean cases (per kernel: a decode case, vLLM'
 fp32) through the registry's targets, once with :func:`attnum.kernels.triton.addresses.checked` as attnum
 runs it and once with it replaced by a no-op, alternating, ``--repeat`` times each, in this one process.
 Prints each time, the median ratio on / off, the number of accesses checked and lanes in them per
-audit, and the CPU. Needs the kernel files (``attnum kernels fetch sglang`` / ``vllm``).
+audit with the time spent inside the check (its share of that audit), and the CPU. Needs the kernel files (``attnum kernels fetch sglang`` / ``vllm``).
 """
 
 from __future__ import annotations
@@ -53,12 +53,16 @@ def main() -> None:
     assert not triton_selftest.failure(), triton_selftest.failure()
     names = [n for n in args.targets.split(",") if n]
     checked, check = addresses.checked, addresses.check
-    seen = {"accesses": 0, "lanes": 0}
+    seen = {"accesses": 0, "lanes": 0, "seconds": 0.0}
 
     def counting(ptrs, mask, width, verb):
-        seen["accesses"] += 1
-        seen["lanes"] += int(getattr(ptrs, "size", 1))
-        return check(ptrs, mask, width, verb)
+        t0 = time.perf_counter()
+        try:
+            return check(ptrs, mask, width, verb)
+        finally:
+            seen["seconds"] += time.perf_counter() - t0
+            seen["accesses"] += 1
+            seen["lanes"] += int(getattr(ptrs, "size", 1))
 
     def audit(on: bool) -> float:
         addresses.checked = checked if on else contextlib.nullcontext  # interp.under looks it up per call
@@ -77,8 +81,9 @@ def main() -> None:
         finally:
             addresses.checked = checked
 
+    audit(True)  # warm-up: kernels parsed, modules loaded
     addresses.check = counting
-    audit(True)  # warm-up: kernels parsed, modules loaded; counts one audit's accesses
+    counted = audit(True)  # one audit's accesses, and the time spent checking them
     addresses.check = check
     times = {"on": [], "off": []}
     for _ in range(args.repeat):
@@ -89,7 +94,8 @@ def main() -> None:
         print(f"checks {mode:3s} " + " ".join(f"{t:6.2f}s" for t in ts))
     print(f"targets={','.join(names)} numerics={args.numerics} cpu={cpu_name()!r} "
           f"capability={torch.backends.cpu.get_cpu_capability()} threads={torch.get_num_threads()} "
-          f"accesses_checked={seen['accesses']} lanes={seen['lanes']} ratio on/off={ratio:.3f}")
+          f"accesses_checked={seen['accesses']} lanes={seen['lanes']} in_check={seen['seconds']:.3f}s "
+          f"of {counted:.2f}s ({seen['seconds'] / counted:.1%}) ratio on/off={ratio:.3f}")
 
 
 if __name__ == "__main__":
