@@ -20,7 +20,7 @@ import torch
 from attnum.audit.harness import raised
 from attnum.audit.report import STYLE
 from attnum.audit.verdict import FAILING, OUT_OF_BOUNDS, SEVERITY, STATUSES
-from attnum.kernels.triton import addresses
+from attnum.kernels.triton import addresses, extents
 from attnum.sandbox.server import remote_exception
 
 CHECK = _paths.TESTS / "_addresses_check.py"
@@ -52,12 +52,12 @@ def views():
 @pytest.mark.parametrize("width", [1, 2, 4, 8])
 @pytest.mark.parametrize(("name", "t"), views(), ids=[n for n, _ in views()])
 def test_inside_is_the_enumeration_of_the_views_bytes(name, t, width):
-    e = addresses.extent("x", t)
+    e = extents.extent("x", t)
     lo = t.data_ptr()
     span = max(e.hi - e.lo, 1)
     addr = np.arange(lo - 2 * width - 3, lo + span + 2 * width + 3, dtype=np.int64).astype(np.uint64)  # every byte
-    want = addresses.inside_reference(e, addr, width, tuple(t.shape), tuple(t.stride()))
-    got = addresses.inside(e, addr, width)
+    want = extents.inside_reference(e, addr, width)
+    got = extents.inside(e, addr, width)
     assert np.array_equal(got, want), (name, width, addr[got != want].astype(np.int64) - lo)
     if t.numel() and width <= t.element_size():  # the comparison above saw accesses inside, too
         assert want.any()
@@ -65,11 +65,11 @@ def test_inside_is_the_enumeration_of_the_views_bytes(name, t, width):
 
 def test_an_extent_has_gaps_only_where_the_view_skips_elements():
     base = torch.zeros(3, 2, 4)
-    assert addresses.extent("k", base.view(6, 4)).dims is None
-    assert addresses.extent("k", base.view(6, 4).t()).dims is None  # permuted: every byte still an element's
-    kv = addresses.extent("k", base[:, 0])  # (3, 4), rows 32 bytes apart, 16 bytes each
-    assert kv.dims == ((3, 32), (4, 4)) and kv.hi - kv.lo == 2 * 32 + 16
-    empty = addresses.extent("k", base[:0])
+    assert extents.extent("k", base.view(6, 4)).dims is None
+    assert extents.extent("k", base.view(6, 4).t()).dims is None  # permuted: every byte still an element's
+    kv = extents.extent("k", base[:, 0])  # (3, 4), rows 32 bytes apart, 16 bytes each
+    assert kv.dims == ((3, 32), (4, 4)) and kv.hi - kv.lo == 2 * 32 + 16 and kv.what == "(3, 4) float32"
+    empty = extents.extent("k", base[:0])
     assert empty.hi == empty.lo
 
 
