@@ -141,7 +141,7 @@ def _outside(frame: _Launch, e: Extent, addr: np.ndarray, bad: np.ndarray, width
 def check(ptrs: np.ndarray, mask: np.ndarray | None, width: int, verb: str) -> np.ndarray:
     """The untagged addresses of an access (``verb``: "read", "wrote", "atomically updated") whose live
     lanes (``mask``; None: all) all lie in their own argument's elements; else raises
-    :class:`OutOfBounds` (or NotImplementedError for an untagged address outside every argument)."""
+    :class:`OutOfBounds` (:class:`Unchecked` for an untagged address outside every argument)."""
     p = np.asarray(ptrs, dtype=np.uint64)
     live = p.reshape(-1) if mask is None else p[np.broadcast_to(np.asarray(mask, dtype=bool), p.shape)]
     if live.size and _ACTIVE:
@@ -218,8 +218,8 @@ def _install() -> dict:
         addr = int(out.handle.data.reshape(-1)[0])
         tag = len(frame.extents) + 1
         if addr >> SHIFT or tag >= TAG_LIMIT:
-            raise Unchecked(f"kernel {frame.kernel}: a tensor at address {addr:#x} (or argument {tag}) "
-                                      "leaves no room for attnum's address tags")
+            raise Unchecked(f"kernel {frame.kernel}: argument {tag}, at address {addr:#x}, leaves no room for "
+                            "attnum's address tags (addresses below 2**48, fewer than 2**15 arguments)")
         frame.extents.append(extent(frame.claim(_signature(t)), t))
         out.handle.data = out.handle.data | np.uint64(tag << SHIFT)
         return out
