@@ -94,3 +94,20 @@ def test_a_kernel_wrong_at_every_shape_is_not_blamed_on_the_shape():
     bad = [c for c in r.cases if c.verdict.status == "fail"]
     assert [c.label for c in bad[:2]] == ["N=S=64 control", "N=S=64 control causal"] and len(bad) == len(r.cases)
     assert all(c.verdict.note.startswith("fails as the square control does") for c in bad[2:])
+
+
+def test_an_access_outside_its_tensors_is_out_of_bounds_never_a_refusal():
+    """What attnum's Triton model raises for a kernel that reads past an input (OutOfBounds) is that
+    kernel's verdict, not a loud refusal of the shape."""
+    from attnum.kernels.triton.addresses import OutOfBounds
+
+    def reads_past_k(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if key.shape[-2] % 16:
+            raise OutOfBounds("kernel _fwd read past the end of K by 3 elements (6 bytes): 3 of 64 lanes, "
+                              "program (0, 0, 0); K is (1, 2, 5, 64) bfloat16")
+        return _sdpa(query, key, value, is_causal, scale)
+
+    r = _row(reads_past_k)
+    oob = [c.label for c in r.cases if c.verdict.status == "out of bounds"]
+    assert r.status == "out of bounds" and "read past the end of K by 3 elements" in r.note
+    assert oob == [c.label for c in r.cases if c.verdict.status != "pass"] and len(oob) >= 2

@@ -24,9 +24,10 @@ import torch
 
 from attnum.attention import masks
 from attnum.audit import reference, terms
-from attnum.audit.verdict import SEVERITY, Verdict, judge, terms_coefficient
+from attnum.audit.verdict import OUT_OF_BOUNDS, SEVERITY, Verdict, judge, terms_coefficient
 from attnum.kernels.conventions import CAUSAL_ALIGNMENTS
 from attnum.kernels.conventions import EMPTY_ROWS as EMPTY_ROW_CONVENTIONS
+from attnum.kernels.triton.addresses import OutOfBounds
 from attnum.numerics.formats import FloatFormat, get_format
 from attnum.numerics.rounding import round_to
 from attnum.sandbox.wire import WrongOutput
@@ -59,12 +60,16 @@ def _fresh(x):
 
 def raised(exc: BaseException) -> Verdict:
     """The verdict for a kernel that raised: "unsupported" for a declared limitation, "fail" for a
-    wrong output (:class:`WrongOutput`), else "error"."""
+    wrong output (:class:`WrongOutput`), "out of bounds" for an interpreted Triton kernel's access
+    outside its tensor (:class:`~attnum.kernels.triton.addresses.OutOfBounds`), else "error"."""
     msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     refused = isinstance(exc, NotImplementedError) or any(r in str(exc) for r in _REFUSALS)
     nan = math.nan
     if isinstance(exc, WrongOutput):
         return Verdict(status="fail", target_error=math.inf, baseline_error=nan, bound=nan, note=str(exc))
+    if isinstance(exc, OutOfBounds):
+        return Verdict(status=OUT_OF_BOUNDS, target_error=nan, baseline_error=nan, bound=nan,
+                       note=str(exc).splitlines()[0][:500])
     return Verdict(status="unsupported" if refused else "error", target_error=nan, baseline_error=nan,
                    bound=nan, note=msg)
 

@@ -6,11 +6,11 @@ import html
 import math
 
 from attnum.audit.runner import NOTHING_TESTED, AuditReport, ProbeResult
-from attnum.audit.verdict import ABORTED, NEAR_BOUND, NO_MARGIN, Verdict
+from attnum.audit.verdict import ABORTED, NEAR_BOUND, NO_MARGIN, OUT_OF_BOUNDS, Verdict
 from attnum.kernels.conventions import label as alignment_label
 
-STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "unsupported": "dim", "note": "yellow",
-         **{s: "bold white on red" for s in ABORTED}}
+STYLE = {"pass": "green", "fail": "bold red", "unwritten": "bold red", OUT_OF_BOUNDS: "bold red", "error": "bold magenta",
+         "unsupported": "dim", "note": "yellow", **{s: "bold white on red" for s in ABORTED}}
 
 
 def _num(x: float) -> str:
@@ -186,7 +186,7 @@ def to_html(report: AuditReport) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>attnum audit</title><style>"
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
-        "tr.fail td,tr.unwritten td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
+        "tr.fail td,tr.unwritten td,tr.out td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
         "</style>"
         f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
         f"<p>{esc(environment_line(report))}</p><p>{esc(conventions_line(report))}</p>{body}</body></html>")

@@ -43,23 +43,28 @@ ABORTED = ("crashed", "timed out", "exited")
 SIGSEGV), silent past the per-case timeout (``timed out``), or ended by the target itself
 (``exited``, any exit code, 0 included). See attnum.audit.isolate."""
 
-STATUSES = ("pass", "fail", "unwritten", "error", "unsupported", "note", *ABORTED)
+OUT_OF_BOUNDS = "out of bounds"
+"""An interpreted Triton kernel loaded or stored outside the tensor argument its pointer was derived
+from (attnum.kernels.triton.addresses): found by checking the address, whatever the values."""
+
+STATUSES = ("pass", "fail", "unwritten", OUT_OF_BOUNDS, "error", "unsupported", "note", *ABORTED)
 """pass/fail: the rule's answer. error: the kernel raised. unsupported: the kernel refused this
 input (NotImplementedError, or torch's "no available kernel"). note: a behaviour probe deviated;
 reported, failing only under --strict. unwritten: output elements the target was given to write
-(poisoned buffers, attnum.kernels.serving ``accepts_out``) still hold the poison. crashed / timed out
-/ exited: see :data:`ABORTED`."""
+(poisoned buffers, attnum.kernels.serving ``accepts_out``) still hold the poison. out of bounds: see
+:data:`OUT_OF_BOUNDS`. crashed / timed out / exited: see :data:`ABORTED`."""
 
-FAILING = frozenset(("fail", "unwritten", "error", *ABORTED))
+FAILING = frozenset(("fail", "unwritten", OUT_OF_BOUNDS, "error", *ABORTED))
 """The statuses that count against the target: everything else is a pass, a note or a refusal."""
 
 # Order used to pick the case that represents a probe: the worst one wins. "unsupported" ranks
 # lowest, so a probe whose other cases ran shows their verdict (and counts the refusals in its note);
-# a dead process ranks above every answer, since the probe did not finish.
-SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4, "unwritten": 4, "exited": 5, "timed out": 5,
-            "crashed": 5}
+# an access out of bounds outranks a wrong value (it is the cause, and the GPU may fault on it); a dead
+# process ranks above every answer, since the probe did not finish.
+SEVERITY = {"unsupported": 0, "pass": 1, "note": 2, "error": 3, "fail": 4, "unwritten": 4, OUT_OF_BOUNDS: 5,
+            "exited": 6, "timed out": 6, "crashed": 6}
 
-NO_MARGIN = frozenset(("error", "unsupported", "unwritten", *ABORTED))
+NO_MARGIN = frozenset(("error", "unsupported", "unwritten", OUT_OF_BOUNDS, *ABORTED))
 """Statuses without a margin: nothing was compared."""
 
 NEAR_BOUND = 0.8

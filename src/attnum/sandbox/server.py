@@ -36,6 +36,7 @@ import sys
 import time
 
 from attnum.errors import AttnumInputError
+from attnum.kernels.triton.addresses import OutOfBounds, Unchecked
 from attnum.sandbox.isolation import become_subreaper, death, direct_children, kill_tree, set_dumpable
 from attnum.sandbox.wire import HEAD, MAX_HEADER, MAX_PAYLOAD, Malformed, decode, encode
 
@@ -56,12 +57,14 @@ class RemoteError(Exception):
     """An exception the user code raised in the server (``type`` is its class name there)."""
 
 
-_REMOTE_TYPES: dict[str, type] = {"NotImplementedError": NotImplementedError}
+_REMOTE_TYPES: dict[str, type] = {"NotImplementedError": NotImplementedError, "OutOfBounds": OutOfBounds,
+                                  "Unchecked": Unchecked}
 
 
 def remote_exception(type_name: object, text: object) -> Exception:
     """The exception to raise here for one the user code raised there: NotImplementedError stays
-    itself (a declared limitation); any other is a :class:`RemoteError` subclass with its name."""
+    itself (a declared limitation), and so do the Triton model's address findings (:class:`OutOfBounds`,
+    :class:`Unchecked`); any other is a :class:`RemoteError` subclass with its name."""
     name = type_name if isinstance(type_name, str) and type_name.isidentifier() and len(type_name) < 100 \
         else "RemoteError"
     cls = _REMOTE_TYPES.get(name)

@@ -191,7 +191,7 @@ def test_a_triton_the_model_does_not_fit_makes_every_case_unsupported(monkeypatc
     with pytest.raises(NotImplementedError, match="does not fit") as err:
         fn()
     assert raised(err.value).status == "unsupported"
-    raw = triton_interp.under(len, "raw")  # raw: nothing checked; only run on one thread
+    raw = triton_interp.under(len, "raw")  # raw: the self-test is not consulted
     assert raw("abc") == 3 and raw.__wrapped__ is len
 
 

@@ -6,7 +6,8 @@ loaded without its bound. Each of these gives a tensor of the right shape and wr
 asks for what SDPA allows -- N != S both ways, dv != d -- and accepts either the right answer or a loud
 refusal (any exception: "unsupported", with its message); a silent wrong answer fails and the case says
 which shape it was. Inputs whose storage continues with NaN catch a read past the end of q, k or v
-(in-process only: a kernel server receives values, not storage). Models jax-ml/jax#24491 (Pallas' GPU
+(in-process only: a kernel server receives values, not storage); an interpreted Triton kernel's access
+outside its tensors is ``out of bounds`` from attnum's address check, in or out of process, never a refusal. Models jax-ml/jax#24491 (Pallas' GPU
 ``mha`` silently wrong for q_len 512 != kv_len 2048, not causal; fixed by jax-ml/jax#24495),
 vllm-project/vllm#2622 (a head_dim read wrongly: the kernel ran without an error and wrote memory it did
 not own), flash-attn 2's loud refusal of dv != d (Dao-AILab/flash-attention#753: the right answer to a
@@ -18,8 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from attnum.audit.construct import behind_nan
-from attnum.audit.harness import Case, Probe, ProbeContext
-from attnum.audit.verdict import Verdict
+from attnum.audit.harness import Case, Probe, ProbeContext, raised
+from attnum.audit.verdict import OUT_OF_BOUNDS, Verdict
 
 H, D = 2, 64
 SHAPES = (  # (N, S, dv)
@@ -79,6 +80,9 @@ def _case(ctx: ProbeContext, what: str, q, k, v, causal: bool) -> Case:
     try:
         out = ctx.call(q, k, v, is_causal=causal, label=what)
     except Exception as exc:  # noqa: BLE001 - a loud refusal is the right answer to a shape it lacks
+        found = raised(exc)
+        if found.status == OUT_OF_BOUNDS:  # the Triton model caught the kernel outside its tensors
+            return ctx._case(what, found)
         msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:240]
         # attnum's interpreter model meeting what it cannot model is no refusal by the kernel
         why = "not judged" if "not modelled by attnum" in msg else "refused"

@@ -8,7 +8,8 @@ fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's inte
   paged cache (pages (n, P, G, d), ``block_table``, ``seqused_k``, ``cu_seqlens_q``); the queries are the last
   positions of each sequence (bottom-right causal). ``num_splits`` > 1 takes its 3D path
   (``num_par_softmax_segments`` segments, then ``reduce_segments``). As SDPA: q (B, H, N, d) become B sequences
-  of N queries over S keys, the contiguous K/V cut into pages of 16. It returns no LSE.
+  of N queries over S keys, the contiguous K/V cut into pages of 16. It returns no LSE. Its block table is
+  widened as vLLM's own is (:func:`vllm_block_table`): the kernel reads it a tile past a sequence's pages.
 - ``vllm-triton-merge`` -- ``triton_merge_attn_states.merge_attn_states``: two-state merge, LSE head-major
   (H, T), natural log.
 - ``vllm-triton-decode`` -- ``triton_decode_attention.decode_attention_fwd``: one query per sequence over a
@@ -26,7 +27,8 @@ fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's inte
   takes Triton's default ``input_precision`` (TF32 on sm80+ for fp32; IEEE only on Turing). Entry points:
   SDPA (S - N context tokens, paged here in blocks of 16, then the last N dense; S >= N) and decode (the
   protocol's cache, contiguous or a page pool (n, P, G, d), relaid into vLLM's layout whole -- every page, NaN
-  pages included -- with the protocol's block table; L >= N per sequence).
+  pages included -- with the protocol's block table, widened as vLLM's own is (:func:`vllm_block_table`: its
+  context loop reads the table unmasked a 32-token tile at a time, and says so); L >= N per sequence).
 
 CUDA kernel of the installed package:
 
@@ -63,8 +65,25 @@ def _mod(name: str):
     return wheels.load(PACKAGE, _OPS + name)
 
 
+TABLE_TOKENS = 128  # vLLM's BlockTable rows are a multiple of 128 tokens wide (``get_block_table_width``)
+
+
+def vllm_block_table(table: torch.Tensor, page: int) -> torch.Tensor:
+    """``table`` (B, m) as vLLM hands it to its kernels: rows widened with zeros to a multiple of 128
+    tokens (``vllm/v1/worker/block_table.py``, ``get_block_table_width``: ``token_alignment=128``; vLLM
+    zero-fills its tables). ``kernel_unified_attention`` and ``prefix_prefill._fwd_kernel`` load the table
+    unmasked a whole KV tile at a time (32 tokens), so a sequence whose last tile runs past its last page
+    reads the entries after it ("the tile never steps past this batch's block-table row; the block-table
+    load stays unmasked", prefix_prefill.py); vLLM's padding keeps those inside the table (and the K/V
+    loads they address are masked)."""
+    align = TABLE_TOKENS // math.gcd(TABLE_TOKENS, page)
+    width = -(-table.shape[1] // align) * align
+    return torch.nn.functional.pad(table.to(torch.int32), (0, width - table.shape[1])).contiguous()
+
+
 def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits):
     T, H, d = q_tok.shape
+    table = vllm_block_table(table, k_pages.shape[1])
     kw = {}
     if num_splits > 1:
         hp = 1 << (d - 1).bit_length()
@@ -235,7 +254,7 @@ def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok
     one = torch.ones((), dtype=torch.float32, device=dev)
     B = len(lens)
     _mod("prefix_prefill").context_attention_fwd(
-        q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, table.to(torch.int32).contiguous(),
+        q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, vllm_block_table(table, k_pool.shape[1]),
         torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
         torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
         sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale), causal=bool(causal))

@@ -4,8 +4,10 @@ attention run on CPU tensors by Triton's interpreter (``TRITON_INTERPRET=1``).
 ``@triton.jit`` reads ``TRITON_INTERPRET`` when it *decorates* a kernel, so the variable is set here
 before the user's module is imported (a file target is imported afresh each time; a module imported
 earlier without it keeps its compiled kernels, which then refuse CPU tensors). The interpreter runs
-each program instance in numpy; loads and stores are bounds-checked only by the kernel's own masks --
-so an unmasked read past a tensor's end reads whatever lies there, as on a GPU. The arithmetic is the
+each program instance in numpy and dereferences the addresses a kernel computes; under :func:`under` each
+one is first checked against the tensor argument it was derived from
+(:mod:`attnum.kernels.triton.addresses`), so a read past a tensor's end is an ``out of bounds`` verdict on
+every run rather than garbage or a SIGSEGV that depends on the heap. The arithmetic is the
 GPU's (:mod:`attnum.kernels.triton.faithful`: bf16 rounded as sm80/sm90 round it, casts to nearest even,
 ``tl.dot`` honouring ``input_precision``, TF32 by default) unless ``numerics="raw"`` asks for the
 interpreter's own (bf16 as 16-bit integers, truncating casts, exact fp32 dots). The faithful model's
@@ -114,20 +116,23 @@ def one_thread(fn: Callable) -> Callable:
 
 def under(fn: Callable, numerics: str = "faithful", what: str = "", arch: str = "sm90") -> Callable:
     """``fn`` (which launches interpreted Triton kernels) run under ``numerics``, on one torch thread
-    (:func:`one_thread`). Faithful numerics need the self-test to pass: otherwise every call raises
-    NotImplementedError (``unsupported``)."""
+    (:func:`one_thread`), every address its kernels load or store checked against the tensor argument
+    it was derived from (:mod:`attnum.kernels.triton.addresses`: an access outside raises
+    :class:`~attnum.kernels.triton.addresses.OutOfBounds`, under either numerics). Faithful numerics need
+    the self-test to pass: otherwise every call raises NotImplementedError (``unsupported``)."""
+    from attnum.kernels.triton import addresses
     from attnum.kernels.triton import faithful as triton_faithful
     from attnum.kernels.triton import selftest as triton_selftest
 
     check_numerics(numerics)
-    fn = one_thread(fn)
-    if numerics == "raw":
-        return fn
-    wrapped = triton_faithful.wrap(fn, approx_exp=numerics == "faithful-ex2-approx", arch=arch)
+    raw = numerics == "raw"
+    wrapped = one_thread(fn)
+    if not raw:
+        wrapped = triton_faithful.wrap(wrapped, approx_exp=numerics == "faithful-ex2-approx", arch=arch)
 
     @functools.wraps(fn)
     def call(*args, **kw):
-        why = triton_selftest.failure(arch)
+        why = "" if raw else triton_selftest.failure(arch)
         if why:
             import triton
 
@@ -135,14 +140,19 @@ def under(fn: Callable, numerics: str = "faithful", what: str = "", arch: str = 
                                       f"triton {triton.__version__} (self-test: {why}); --numerics raw runs the "
                                       "raw interpreter")
         try:
-            return wrapped(*args, **kw)
+            with addresses.checked():
+                return wrapped(*args, **kw)
         except Exception as exc:
-            refused = _not_modelled(exc)
+            found = addresses.found_in(exc)
+            if found is not None:  # the kernel's own access (or one the check refuses): its verdict
+                raise found from None
+            refused = None if raw else _not_modelled(exc)
             if refused is None:
                 raise
             raise refused from exc
 
-    call.attnum_numerics = label(numerics, arch)
+    if not raw:
+        call.attnum_numerics = label(numerics, arch)
     return call
 
 
