@@ -150,6 +150,7 @@ def _isolated(target: str, numerics: str, arch: str, timeout: float, kw: dict) -
                 print(f"attnum fingerprint: {target} is unavailable here: {info.get('reason', '')}", file=sys.stderr)
                 raise typer.Exit(EXIT_UNAVAILABLE)
             doc = fingerprint(RemoteTarget(server), **kw)
+            doc["target_peak_rss_mib"] = _peak_mib(server)
         except TargetGone as gone:
             print(f"attnum fingerprint: the target {gone.status}: {gone.what}", file=sys.stderr)
             raise typer.Exit(1) from None
@@ -157,6 +158,19 @@ def _isolated(target: str, numerics: str, arch: str, timeout: float, kw: dict) -
         server.close()
     doc["isolated"] = True
     return doc
+
+
+def _peak_mib(server) -> float | None:
+    """The kernel server's high-water resident memory (VmHWM), read before it is closed; None off Linux."""
+    proc = getattr(server, "proc", None)
+    try:
+        with open(f"/proc/{proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, AttributeError, ValueError):
+        return None
+    return None
 
 
 def _print(doc: dict, as_json: bool) -> None:
