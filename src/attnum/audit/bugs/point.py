@@ -34,11 +34,11 @@ class BugPoint(StudyPoint):
     new point of the store."""
 
     kind: str = KIND
-    case: str
-    role: str
-    target: str
-    dtype: str
-    probes: tuple[str, ...]
+    case: str = ""
+    role: str = "broken"
+    target: str = ""
+    dtype: str = "fp16"
+    probes: tuple[str, ...] = ()
     all_probes: bool = False
     seed: int = 0
     numerics: str = "faithful"

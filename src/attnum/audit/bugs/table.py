@@ -57,9 +57,10 @@ def totals(summary: list[dict[str, Any]]) -> dict[str, Any]:
     caught = sum(s["broken"]["verdict"] == "caught" for s in ran)
     fixed = [s for s in summary if s["fixed"] and s["fixed"].get("status") == "done"]
     silent = sum(s["fixed"]["verdict"] == "silent" for s in fixed)
+    alarms = sum(s["fixed"]["verdict"] == "fails" for s in fixed)  # "untested": refused, neither silent nor failing
     numerics = sorted({v.get("numerics") for s in summary for v in (s["broken"], s["fixed"]) if v and v.get("numerics")})
     return {"cases": len(summary), "broken_run": len(ran), "caught": caught, "fixed_run": len(fixed),
-            "silent": silent, "false_alarms": len(fixed) - silent, "seconds": round(sum(s["seconds"] for s in summary), 1),
+            "silent": silent, "false_alarms": alarms, "untested": len(fixed) - silent - alarms, "seconds": round(sum(s["seconds"] for s in summary), 1),
             "numerics": numerics}
 
 

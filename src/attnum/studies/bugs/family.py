@@ -18,7 +18,7 @@ def _run(point: bug_point.BugPoint, kernels: tuple[str, ...]) -> dict[str, Any]:
 def recall_line(t: dict[str, Any]) -> str:
     """``caught 12 of 15 cases at their broken release; 5 of 6 fixed releases silent`` (from :func:`totals`)."""
     return (f"caught {t['caught']} of {t['broken_run']} cases at their broken release; {t['silent']} of "
-            f"{t['fixed_run']} fixed releases silent ({t['false_alarms']} false alarm(s)); "
+            f"{t['fixed_run']} fixed releases silent ({t['false_alarms']} failing, {t['untested']} not tested); "
             f"{t['seconds']:.0f} s of audits under {', '.join(t['numerics']) or '-'}")
 
 
