@@ -88,6 +88,27 @@ def _checker(call: sig.Call):
     return lambda version: sig.problem(PACKAGE, version, call)
 
 
+def _call(fn, *args, **kw):
+    """``fn(*args, **kw)``: an ``assert`` in vLLM's host code is its refusal of the call (``unsupported``: up to
+    0.22.0 ``unified_attention`` asserts "Only causal attention is supported"), and the one construct of older
+    files Triton's interpreter cannot run is said as such (up to 0.14.0 ``prefix_prefill`` indexes a loaded
+    scalar as ``bn[None, :]``, which compiled Triton broadcasts and the interpreter's numpy refuses)."""
+    import traceback
+
+    try:
+        return fn(*args, **kw)
+    except AssertionError as exc:
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        if last.name != fn.__name__:  # raised deeper (a kernel's device assert): not a refusal of the call
+            raise
+        raise NotImplementedError(f"vllm {fn.__name__} refuses this call: {exc}") from exc
+    except Exception as exc:
+        if "too many indices for tensor of rank 0" not in str(exc):
+            raise
+        raise NotImplementedError(f"vllm {fn.__name__} of this release indexes a loaded scalar as a vector "
+                                  "(bn[None, :]), which Triton's interpreter cannot run; run it with CUDA") from exc
+
+
 def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits):
     T, H, d = q_tok.shape
     kw = {}
@@ -98,7 +119,7 @@ def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, ca
                   softmax_segm_output=torch.empty(T, H, num_splits, hp, **f32),
                   softmax_segm_max=torch.empty(T, H, num_splits, **f32),
                   softmax_segm_expsum=torch.empty(T, H, num_splits, **f32))
-    _mod("triton_unified_attention").unified_attention(
+    _call(_mod("triton_unified_attention").unified_attention,
         q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, (-1, -1),
         table, 0.0, None, None, None, **kw)
     return out_tok
@@ -174,8 +195,8 @@ def triton_merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
     out = torch.empty_like(o_a) if out is None else out
     lse_out = torch.empty_like(lse_a) if lse_out is None else lse_out
     lse_ht = lse_out.T.contiguous()
-    _mod("triton_merge_attn_states").merge_attn_states(out, o_a.contiguous(), lse_a.T.contiguous(), o_b.contiguous(),
-                                                       lse_b.T.contiguous(), lse_ht)
+    _call(_mod("triton_merge_attn_states").merge_attn_states, out, o_a.contiguous(), lse_a.T.contiguous(),
+          o_b.contiguous(), lse_b.T.contiguous(), lse_ht)
     lse_out.copy_(lse_ht.T)
     return out, lse_out
 
@@ -202,7 +223,7 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
     fn = _mod("triton_decode_attention").decode_attention_fwd
     if mla and not sig.takes(fn, "is_mla"):
         raise NotImplementedError("this vLLM's decode_attention_fwd has no is_mla (its MLA path came in 0.21.0)")
-    fn(*args, page_size=k_cache.shape[1], **({"is_mla": mla} if sig.takes(fn, "is_mla") else {}))
+    _call(fn, *args, page_size=k_cache.shape[1], **({"is_mla": mla} if sig.takes(fn, "is_mla") else {}))
     o4 = out if out is not None else o.unsqueeze(2)
     return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
 
@@ -270,11 +291,11 @@ def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok
     if not sig.takes(fn, "causal") and not causal:
         raise NotImplementedError("this vLLM's context_attention_fwd has no causal argument (causal only; it came "
                                   "in 0.21.0)")
-    fn(q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, table.to(torch.int32).contiguous(),
-       torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
-       torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
-       sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale),
-       **sig.keywords(fn, PREFIX_CALL, causal=bool(causal)))
+    _call(fn, q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, table.to(torch.int32).contiguous(),
+          torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
+          torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
+          sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale),
+          **sig.keywords(fn, PREFIX_CALL, causal=bool(causal)))
     return out_tok
 
 
