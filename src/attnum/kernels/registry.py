@@ -187,15 +187,17 @@ def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]
 
 def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | None = None,
             block_k: int | None = None, param: str = "attention", numerics: str = "faithful",
-            arch: str = "sm90") -> Target:
+            arch: str = "sm90", runs_here: bool = True) -> Target:
     """Resolve ``spec`` for ``device`` (None: whichever device the tensors will be on).
 
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
     ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
     arithmetic of Triton's interpreter for interpreted Triton targets
     (:data:`attnum.kernels.triton.interp.NUMERICS`); ``arch``: the GPU whose tensor cores their ``tl.dot``
-    runs on (:data:`attnum.kernels.triton.tensor_core.ARCHES`). Raises AttnumInputError (naming ``param``) for
-    an unknown name, a bad policy or a bad user target.
+    runs on (:data:`attnum.kernels.triton.tensor_core.ARCHES`). ``runs_here``: the target will run in this
+    process, which then holds the version ``NAME@VERSION`` names (refused in one line when it imported another
+    version of the package); False for a look that only asks whether it can run (the parent of an isolated
+    audit). Raises AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
         return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True,
@@ -207,7 +209,7 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     base, version = split_version(spec)
     if base in KERNELS:
         kern = KERNELS[base]
-        if kern.source is not None:  # this process runs that version (refused if it imported another)
+        if kern.source is not None and runs_here:  # this process runs that version (refused if it has another)
             from attnum.kernels.wheels import source as wheels
 
             wheels.choose(kern.source, version)

@@ -42,7 +42,9 @@ def _cell(entry: dict[str, Any] | None, is_open: bool, role: str) -> str:
     if entry["status"] != "done":
         return f"ERROR: {entry.get('error')}"
     word = {"caught": "yes", "missed": "MISSED", "silent": "yes", "fails": "NO", "untested": "NOT TESTED"}
-    return f"{word.get(entry['verdict'], entry['verdict'])}: {entry['line']}"
+    text = f"{word.get(entry['verdict'], entry['verdict'])}: {entry['line']}"
+    others = entry.get("other_failing") or []  # --all-probes: the rest of the catalogue, for context
+    return text + (f" (other probes failing: {', '.join(others)})" if others else "")
 
 
 def table_rows(summary: list[dict[str, Any]]) -> list[list[str]]:
