@@ -91,8 +91,9 @@ def _checker(call: sig.Call):
 def _call(fn, *args, **kw):
     """``fn(*args, **kw)``: an ``assert`` in vLLM's host code is its refusal of the call (``unsupported``: up to
     0.22.0 ``unified_attention`` asserts "Only causal attention is supported"), and the one construct of older
-    files Triton's interpreter cannot run is said as such (up to 0.14.0 ``prefix_prefill`` indexes a loaded
-    scalar as ``bn[None, :]``, which compiled Triton broadcasts and the interpreter's numpy refuses)."""
+    files Triton's interpreter cannot run is said as such (0.13.0's ``prefix_prefill`` loads one block number,
+    a scalar, and indexes it as ``bn[None, :]``, which compiled Triton broadcasts and the interpreter's numpy
+    refuses; later releases load a vector there)."""
     import traceback
 
     try:
