@@ -209,10 +209,12 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
     base, version = split_version(spec)
     if base in KERNELS:
         kern = KERNELS[base]
-        if kern.source is not None and runs_here:  # this process runs that version (refused if it has another)
+        if kern.source is not None:
             from attnum.kernels.wheels import source as wheels
 
-            wheels.choose(kern.source, version)
+            version = version or wheels.packages()[kern.source].default  # a plain name: the pinned default
+            if runs_here:  # this process runs that version (refused if it imported another)
+                wheels.choose(kern.source, version)
         ok, why = kernel_status(base, device, version)
         fn = kern.fn
         if ok and kern.triton and interpreted_triton(base, device):

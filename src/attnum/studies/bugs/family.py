@@ -36,7 +36,7 @@ def report(ctx: ReportContext) -> ReportPart:
 
 FAMILY = Family(
     name="bugs",
-    order=9,
+    order=8,
     kinds=(StudyKind(name=bug_point.KIND, point_type=bug_point.BugPoint, run=_run, from_config=bug_point.from_config,
                      in_specs=False),),
     report=report,
