@@ -75,12 +75,22 @@ def register(app: typer.Typer) -> None:
         pts = runner.points(cases, options)
         say(f"{len(pts)} audits of {len(cases)} case(s) into {out_dir}")
 
-        def progress(i, n, p, result) -> None:
-            m = result.get("metrics") or {}
-            what = m.get("verdict", "error") + (f" by {m['probe']}" if m.get("verdict") == "caught" else "")
-            say(f"[{i} of {n}] {p.case} {p.role} {p.target}: {what} ({result['wall_s']:.1f} s)")
+        from attnum.console.progress import Activity
 
-        store_path = runner.run_points(pts, out_dir, command=" ".join(["attnum", *sys.argv[1:]]), progress=progress)
+        # A line per finished audit; in a log also a heartbeat every ATTNUM_PROGRESS_INTERVAL seconds while
+        # one runs (an audit can take minutes).
+        with Activity("bugs run", total=len(pts), unit="audits") as act:
+            act.update(done=0)
+
+            def progress(i, n, p, result) -> None:
+                m = result.get("metrics") or {}
+                what = m.get("verdict", "error") + (f" by {m['probe']}" if m.get("verdict") == "caught" else "")
+                say(f"[{i} of {n}] {p.case} {p.role} {p.target}: {what} ({result['wall_s']:.1f} s)")
+                act.update(done=i, label=f"last: {p.case} {p.role}")
+                act.printed()
+
+            store_path = runner.run_points(pts, out_dir, command=" ".join(["attnum", *sys.argv[1:]]),
+                                           progress=progress)
         keys = {p.key for p in pts}
         with open_store(out_dir) as store:
             rows = [r for r in store.rows(kind="bug-case", status=None) if r["key"] in keys]
