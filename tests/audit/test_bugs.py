@@ -200,6 +200,7 @@ def test_an_installed_package_of_another_version_is_one_line_exit_3(tmp_path, mo
 
 # ---- the lean slice: real kernels, end to end -------------------------------------------------------------
 
+@pytest.mark.slow  # about a minute of interpreted Triton here: out of pytest -m "not slow", in CI
 def test_the_lean_slice_is_caught_stored_and_reported(tmp_path, capsys, bugs_family):
     """Three open upstream bugs in small pure-Python wheels (ring-flash-attn 0.1.8, SageAttention 1.0.6, fla-core
     0.6.0), each caught at its release by the probe that names its symptom; the store feeds `attnum report`."""

@@ -216,6 +216,7 @@ def test_concurrent_extractions_without_a_lock_keep_a_verified_tree(cache, sage_
 
 # ---- one version per process ------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a subprocess and an isolated audit, about 25 s here
 def test_a_second_version_in_one_process_is_refused_in_one_line(cache, sage_wheels):
     for v in ("1.0.3", "1.0.6"):
         _put(cache, sage_wheels[v])
