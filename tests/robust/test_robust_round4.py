@@ -186,13 +186,11 @@ def test_4_cli_consistency_policy_sage1_is_one_line(capsys):
 SAGE_WHEEL = "sageattention-1.0.6-py3-none-any.whl"
 
 
-def _real_sage_wheel():
-    from attnum.kernels.wheels import source as wheels
+@pytest.fixture
+def real_sage_wheel(tmp_path_factory):
+    from _wheel_helpers import pinned_wheel
 
-    for where in (wheels.cache_dir() / "wheels", Path.home() / ".cache" / "attnum" / "wheels"):
-        if (where / SAGE_WHEEL).is_file():
-            return where / SAGE_WHEEL
-    pytest.skip("no cached sageattention wheel (attnum kernels fetch sageattention downloads it, 20 kB)")
+    return pinned_wheel(tmp_path_factory, "sageattention")
 
 
 @pytest.fixture
@@ -213,18 +211,18 @@ def _forged_wheel(path: Path, payload: str) -> None:
     from attnum.kernels.wheels import source as wheels
 
     with zipfile.ZipFile(path, "w") as z:
-        for f in wheels.FILES["sageattention"]:
+        for f in wheels.wheel("sageattention").paths:
             z.writestr(f, payload)
 
 
 def test_7_every_pin_names_a_wheel_file_and_a_sha256():
     from attnum.kernels.wheels import source as wheels
 
-    for name, (version, filename, sha) in wheels.WHEELS.items():
-        dist = wheels.DISTS.get(name, name).replace('-', '_')
-        assert filename.startswith(f"{dist}-{version}-") and filename.endswith(".whl"), filename
-        assert len(sha) == 64 and int(sha, 16) >= 0, (name, sha)
-    assert wheels.PINS == {n: v for n, (v, _, _) in wheels.WHEELS.items()}
+    for name, pkg in wheels.packages().items():
+        for version, w in pkg.versions.items():
+            assert w.name.startswith(f"{pkg.dist.replace('-', '_')}-{version}-") and w.name.endswith(".whl"), w.name
+            assert all(len(sha) == 64 and int(sha, 16) >= 0 for sha in (w.sha256, *dict(w.files).values())), name
+    assert wheels.PINS == {n: v for n, (v, _, _) in wheels.WHEELS.items()}  # the names of attnum <= 0.1
 
 
 def test_7_a_forged_wheel_under_the_pinned_name_is_refused_and_never_extracted(cache, capsys):
@@ -237,46 +235,53 @@ def test_7_a_forged_wheel_under_the_pinned_name_is_refused_and_never_extracted(c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sha256" in err[0] and "not the pinned" in err[0] and "rm " in err[0], err
     assert not wheels.source_dir("sageattention").exists()
-    assert "sha256" in wheels.missing("sageattention")
-    with pytest.raises(Exception, match="sha256"):
+    assert "neither installed nor fetched" in wheels.missing("sageattention")  # a wheel alone is nothing to run
+    with pytest.raises(NotImplementedError, match="attnum kernels fetch sageattention"):
         wheels.load("sageattention", "sageattention.core")
     assert not pwned.exists()
 
 
-def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache):
+def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache, real_sage_wheel):
     import shutil
 
     from attnum.kernels.wheels import source as wheels
 
-    shutil.copy(_real_sage_wheel(), cache / "wheels" / SAGE_WHEEL)
+    shutil.copy(real_sage_wheel, cache / "wheels" / SAGE_WHEEL)
     _forged_wheel(cache / "wheels" / "sageattention-1.0.6-zzz.whl", "raise SystemExit('decoy ran')\n")
     dest = wheels.fetch("sageattention", quiet=True)
     assert (dest / "sageattention" / "core.py").read_text().startswith(("\"\"\"", "#", "import", "from", "\n")) \
         and "decoy" not in (dest / "sageattention" / "core.py").read_text()
     assert wheels.missing("sageattention") == ""
+    assert not (cache / "wheels" / SAGE_WHEEL).exists()  # extracted, then deleted: the files are what is kept
 
 
-def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache):
+def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache, real_sage_wheel):
     import shutil
 
     from attnum.kernels.wheels import source as wheels
 
-    shutil.copy(_real_sage_wheel(), cache / "wheels" / SAGE_WHEEL)
+    shutil.copy(real_sage_wheel, cache / "wheels" / SAGE_WHEEL)
     dest = wheels.fetch("sageattention", quiet=True)
     core = dest / "sageattention" / "core.py"
     core.write_text(core.read_text() + "\nraise SystemExit('planted')\n")
     why = wheels.missing("sageattention")
-    assert "differs from the pinned wheel" in why and "attnum kernels fetch sageattention" in why, why
+    assert "differs from the pinned" in why and "attnum kernels fetch sageattention" in why, why
+    with pytest.raises(Exception, match="differs from the pinned"):
+        wheels.load("sageattention", "sageattention.core")
+    shutil.copy(real_sage_wheel, cache / "wheels" / SAGE_WHEEL)  # what a fetch would download again
     assert wheels.fetch("sageattention", quiet=True) == dest and wheels.missing("sageattention") == ""
     assert "planted" not in core.read_text()  # re-extracted from the verified wheel
 
 
-def test_8_a_symlink_inside_the_cache_is_never_written_through(cache):
+def test_8_a_symlink_inside_the_cache_is_never_written_through(cache, real_sage_wheel):
     import shutil
 
     from attnum.kernels.wheels import source as wheels
 
-    shutil.copy(_real_sage_wheel(), cache / "wheels" / SAGE_WHEEL)
+    def wheel_back():
+        shutil.copy(real_sage_wheel, cache / "wheels" / SAGE_WHEEL)
+
+    wheel_back()
     victim = cache.parent / "victim.txt"
     victim.write_text("keep")
     core = wheels.source_dir("sageattention") / "sageattention" / "core.py"
@@ -293,9 +298,11 @@ def test_8_a_symlink_inside_the_cache_is_never_written_through(cache):
     (cache / "elsewhere").mkdir()
     dest.symlink_to(cache / "elsewhere")
     assert "symbolic link" in wheels.missing("sageattention")
+    wheel_back()
     wheels.fetch("sageattention", quiet=True)
     assert not any((cache / "elsewhere").iterdir()) and not dest.is_symlink() and wheels.missing("sageattention") == ""
     # a linked wheels folder is refused, never written through
+    shutil.rmtree(dest)
     shutil.rmtree(cache / "wheels")
     (cache / "wheels").symlink_to(cache / "elsewhere")
     with pytest.raises(Exception, match="symbolic link"):
@@ -303,10 +310,10 @@ def test_8_a_symlink_inside_the_cache_is_never_written_through(cache):
     assert not any((cache / "elsewhere").iterdir())
 
 
-def test_8_a_truncated_wheel_is_one_line_naming_the_file_and_the_command(cache, capsys):
+def test_8_a_truncated_wheel_is_one_line_naming_the_file_and_the_command(cache, capsys, real_sage_wheel):
     from attnum.cli import main
 
-    data = _real_sage_wheel().read_bytes()
+    data = real_sage_wheel.read_bytes()
     (cache / "wheels" / SAGE_WHEEL).write_bytes(data[: len(data) // 2])
     assert main(["kernels", "fetch", "sageattention"]) == 3
     err = capsys.readouterr().err.strip().splitlines()

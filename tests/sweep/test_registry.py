@@ -34,7 +34,8 @@ def test_unknown_kinds_fail_naming_the_known_ones():
 def test_a_spec_takes_the_registered_kinds_and_no_other():
     from attnum.sweep.spec import spec_from_dict
 
-    assert "kernels" not in spec_kinds() and set(spec_kinds()) | {"kernels"} == set(kinds())
+    assert "kernels" not in spec_kinds() and set(spec_kinds()) | {"kernels", "bug-case"} == set(kinds())
+    assert "bug-case" not in spec_kinds()  # a corpus run's point (attnum bugs run), not a sweep axis
     spec = spec_from_dict({"axes": {"kind": "fp8-table", "seq_len": 16, "heads": 1, "head_dim": 8}})
     (point,) = spec.groups[0].points
     assert point.config()["kind"] == "fp8-table"

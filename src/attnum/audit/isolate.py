@@ -56,7 +56,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
     if not user.is_user_spec(config.target.strip()):
         # attnum's own names resolve here without running anything: an unknown or unavailable one
         # needs no child.
-        t = resolve(config.target, config.device, param="target")
+        t = resolve(config.target, config.device, param="target", runs_here=False)
         if not t.available:
             conv = runner.resolve_conventions(config, t.declared)
             return runner.finish(config, False, t.reason, [], conv, isolated=True)

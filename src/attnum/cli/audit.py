@@ -22,7 +22,9 @@ HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fai
         "SageAttention 1.0.6's (sage1-triton, judged against attnum's sage1 emulation; attnum kernels fetch "
         "sageattention), FlashInfer 0.7.2's Triton merges (flashinfer-triton-merge, -merge-n, -merge-varlen; "
         "attnum kernels fetch flashinfer), ring-flash-attn 0.1.8's merge (ring-flash-attn-merge; attnum kernels "
-        "fetch ring-flash-attn) and fla-core 0.6.0's parallel_attn (fla-parallel-attn; attnum kernels fetch fla).")
+        "fetch ring-flash-attn) and fla-core 0.6.0's parallel_attn (fla-parallel-attn; attnum kernels fetch fla). "
+        "A built-in of a fetched package takes @VERSION for another pinned release (vllm-unified@0.30.0; attnum "
+        "kernels list).")
 
 
 def register(app: typer.Typer) -> None:

@@ -41,8 +41,14 @@ class Kernel:
     interpreted: bool = False
     # A Triton kernel: on CPU it runs in Triton's interpreter under the audit's --numerics.
     triton: bool = False
-    # Returns '' when the kernel's code can be loaded here, else why not (e.g. a wheel not fetched).
-    requires: Callable[[], str] | None = None
+    # requires(version): '' when the kernel's code can be loaded here, else why not (a wheel not fetched);
+    # version None: the package's pinned default.
+    requires: Callable[[str | None], str] | None = None
+    # The package attnum fetches the kernel's files from (attnum.kernels.wheels.pins), for NAME@VERSION.
+    source: str | None = None
+    # check(version): '' when the adapter can call that version's entry point (its signature, read from the
+    # fetched file without running it), else why not, in one line.
+    check: Callable[[str], str] | None = None
     # A policy naming its designed arithmetic (a low-bit kernel: "sage1"); the audit judges against it.
     emulation: str | None = None
     # The pyproject extra that installs ``package`` (pallas-*: "jax"), named in the "not installed" reason.
@@ -67,17 +73,19 @@ def sdpa_kernel(name: str, fn: SdpaFn, *, package: str, devices: tuple[str, ...]
 
 
 def serving_kernel(target: serving.ServingTarget, doc: str, *, package: str, dtypes: tuple[torch.dtype, ...],
-                   triton: bool = True) -> Kernel:
+                   triton: bool = True, check: Callable[[str], str] | None = None) -> Kernel:
     """A third-party serving kernel whose code comes from the installed package or its pinned wheel: CPU
     through Triton's interpreter, CUDA natively. ``triton=False``: plain PyTorch from a fetched wheel
     (ring-flash-attn's merge), run as is. All are audit targets (``interpreted``): a sweep's "all" leaves
-    them out (a merge has no SDPA entry point anyway)."""
+    them out (a merge has no SDPA entry point anyway). ``check(version)``: the adapter's reading of a
+    version's entry-point signature ('' when it can call it)."""
     declared = serving.empty_rows_of(target, "sdpa")
     states = tuple(f for f in ("causal_alignment", "empty_rows") if hasattr(target, conventions.ATTRIBUTES[f]))
     return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=dtypes, doc=doc,
                   causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
                   empty_rows=declared, declares=states, interpreted=True, triton=triton,
-                  requires=lambda pkg=package: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
+                  requires=lambda version=None, pkg=package: wheels.missing(pkg, version), source=package,
+                  check=check, emulation=getattr(target, "emulation", None))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -150,11 +150,32 @@ def _status(name: str, devices: tuple[str, ...], package: str | None, device: st
     return not why, "; ".join(why)
 
 
-def kernel_status(name: str, device: str | None = "cpu") -> tuple[bool, str]:
-    """(available, reason): whether the real kernel ``name`` can run on ``device`` here, and why not."""
+def split_version(spec: str) -> tuple[str, str | None]:
+    """``"vllm-unified@0.30.0"`` -> ("vllm-unified", "0.30.0") for a built-in kernel whose files attnum
+    fetches; any other string -> (string, None) (a path may hold an ``@``). The version is checked against
+    the pin table: one it lacks is an AttnumInputError listing those it has (exit 2)."""
+    name, at, version = spec.strip().rpartition("@")
+    kern = KERNELS.get(name) if at else None
+    if kern is None:
+        return spec.strip(), None
+    if kern.source is None:
+        raise AttnumInputError(f"target={spec.strip()!r} is not allowed: {name} runs the installed "
+                               f"{kern.package or 'torch'}, whose version attnum does not choose; name it without @")
+    from attnum.kernels.wheels import source as wheels
+
+    return name, wheels.version_of(kern.source, version)
+
+
+def kernel_status(name: str, device: str | None = "cpu", version: str | None = None) -> tuple[bool, str]:
+    """(available, reason): whether the real kernel ``name`` (at ``version`` of the package it is fetched
+    from; None: the pinned default) can run on ``device`` here, and why not."""
     kernel = get_kernel(name)
     ok, why = _status(name, kernel.devices, kernel.package, device)
-    need = kernel.requires() if kernel.requires is not None else ""
+    need = kernel.requires(version) if kernel.requires is not None else ""
+    if not need and kernel.check is not None and kernel.source is not None:
+        from attnum.kernels.wheels import source as wheels
+
+        need = kernel.check(wheels.version_of(kernel.source, version))
     if need:
         return False, "; ".join(filter(None, (why, need)))
     return ok, why
@@ -166,15 +187,17 @@ def available_kernels(device: str | None = "cpu") -> dict[str, tuple[bool, str]]
 
 def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | None = None,
             block_k: int | None = None, param: str = "attention", numerics: str = "faithful",
-            arch: str = "sm90") -> Target:
+            arch: str = "sm90", runs_here: bool = True) -> Target:
     """Resolve ``spec`` for ``device`` (None: whichever device the tensors will be on).
 
     ``spec`` is a name (see the module docstring) or an SDPA-signature callable, taken as is.
     ``block_q``/``block_k`` are flash's tiles and ignored by every other name. ``numerics``: the
     arithmetic of Triton's interpreter for interpreted Triton targets
     (:data:`attnum.kernels.triton.interp.NUMERICS`); ``arch``: the GPU whose tensor cores their ``tl.dot``
-    runs on (:data:`attnum.kernels.triton.tensor_core.ARCHES`). Raises AttnumInputError (naming ``param``) for
-    an unknown name, a bad policy or a bad user target.
+    runs on (:data:`attnum.kernels.triton.tensor_core.ARCHES`). ``runs_here``: the target will run in this
+    process, which then holds the version ``NAME@VERSION`` names (refused in one line when it imported another
+    version of the package); False for a look that only asks whether it can run (the parent of an isolated
+    audit). Raises AttnumInputError (naming ``param``) for an unknown name, a bad policy or a bad user target.
     """
     if callable(spec):
         return Target(name=getattr(spec, "__name__", repr(spec)), fn=spec, available=True,
@@ -183,11 +206,18 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         raise _unknown(param, spec)
     spec = spec.strip()
     kind, sep, policy = spec.partition(":")
-    if spec in KERNELS:
-        ok, why = kernel_status(spec, device)
-        kern = KERNELS[spec]
+    base, version = split_version(spec)
+    if base in KERNELS:
+        kern = KERNELS[base]
+        if kern.source is not None:
+            from attnum.kernels.wheels import source as wheels
+
+            version = version or wheels.packages()[kern.source].default  # a plain name: the pinned default
+            if runs_here:  # this process runs that version (refused if it imported another)
+                wheels.choose(kern.source, version)
+        ok, why = kernel_status(base, device, version)
         fn = kern.fn
-        if ok and kern.triton and interpreted_triton(spec, device):
+        if ok and kern.triton and interpreted_triton(base, device):
             fn = triton_interp.serving_under(kern.fn, numerics, arch)
         declared = {f: getattr(kern, f) for f in kern.declares}
         if kern.emulation:
@@ -224,7 +254,7 @@ def runs_user_code(spec: object) -> bool:
         return False
     spec = spec.strip()
     kind, sep, _ = spec.partition(":")
-    if spec in KERNELS or spec in reference.NAMES or not sep:
+    if _base(spec) in KERNELS or spec in reference.NAMES or not sep:
         return False
     return kind not in reference.FAMILIES and kind != "decode"
 
@@ -234,8 +264,14 @@ def interpreted_triton(spec: str, device: str | None = "cpu") -> bool:
     spec = spec.strip()
     if spec.startswith(triton_interp.PREFIX + ":"):
         return True
-    kern = KERNELS.get(spec)
+    kern = KERNELS.get(_base(spec))
     return bool(kern and getattr(kern, "triton", False) and (device or "cpu").startswith("cpu"))
+
+
+def _base(spec: str) -> str:
+    """The kernel name of ``NAME@VERSION`` (unchecked), else ``spec``."""
+    name, at, _ = spec.rpartition("@")
+    return name if at and name in KERNELS else spec
 
 
 def arch_flag(arch: str | None, spec: str, device: str | None = "cpu", param: str = "--arch") -> str:

@@ -7,4 +7,4 @@ commands from this list) and its ``FAMILY`` as an entry point in ``pyproject.tom
 This module imports nothing: the CLI reads it before every command.
 """
 
-FAMILIES = ("paper", "serving", "parallel", "speculative", "training", "validation", "consistency", "lowbit")
+FAMILIES = ("paper", "serving", "parallel", "speculative", "training", "validation", "consistency", "lowbit", "bugs")

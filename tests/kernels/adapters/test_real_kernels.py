@@ -87,21 +87,22 @@ def test_the_docs_decode_adapter_is_short_and_needs_no_attnum():
     assert len(code.strip().splitlines()) < 40 and "import attnum" not in code and "from attnum" not in code
 
 
-def test_kernels_fetch_extracts_from_a_cached_wheel_and_refuses_unknown_names(tmp_path, monkeypatch):
+def test_kernels_fetch_extracts_from_a_cached_wheel_and_refuses_unknown_names(tmp_path, tmp_path_factory,
+                                                                             monkeypatch):
     import shutil
+
+    from _wheel_helpers import pinned_wheel
 
     from attnum.cli import main
 
-    wheel = next(iter(sorted((wheels.cache_dir() / "wheels").glob("sglang-0.5.3-*.whl"))), None)
-    if wheel is None:
-        pytest.skip("no cached sglang wheel (attnum kernels fetch sglang downloads it)")
+    wheel = pinned_wheel(tmp_path_factory, "sglang")  # 2.5 MB; skipped where the registry cannot be reached
     (tmp_path / "wheels").mkdir()
     shutil.copy(wheel, tmp_path / "wheels")
     monkeypatch.setenv("ATTNUM_CACHE", str(tmp_path))
     monkeypatch.setattr(wheels, "installed", lambda pkg: False)
     assert wheels.missing("sglang")
     assert main(["kernels", "fetch", "sglang"]) == 0  # no download: the wheel is in the cache
-    assert not wheels.missing("sglang")
+    assert not wheels.missing("sglang") and not (tmp_path / "wheels" / wheel.name).exists()  # kept: the files
     assert main(["kernels", "fetch", "nope"]) == 2
 
 

@@ -21,9 +21,11 @@ alignment is moot (top-left); no ``attn_mask``; the causal diagonal tile adds ``
 Its designed arithmetic is attnum's ``sage1`` emulation (``emulation = "sage1"``): the auditor judges its
 output against that emulation, not against a 16-bit kernel's bounds (docs/lowbit.md).
 
-On CPU the adapter runs ``core.sageattn``'s host code itself (``sageattn`` asserts CUDA tensors) out of
-place, and the kernels through Triton's interpreter; with CUDA it calls ``sageattn`` on a copy of K.
-From the installed ``sageattention`` or the pinned wheel (``attnum kernels fetch sageattention``).
+On CPU the adapter runs ``core.sageattn``'s host code itself (``sageattn`` asserts CUDA tensors since 1.0.5)
+out of place, and the kernels through Triton's interpreter; with CUDA, and for 1.0.3 / 1.0.4 (whose host code
+has no CUDA assert, per-head-dim kernel files in 1.0.3, ``tensor_layout`` from 1.0.4; fp16 only here), it calls
+``sageattn`` on a copy of K. From the installed ``sageattention`` or a pinned wheel (``attnum kernels fetch
+sageattention[@VERSION]``, default 1.0.6; ``sage1-triton@1.0.3`` runs 1.0.3).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 
 from attnum.kernels.protocol import serving_kernel
 from attnum.kernels.serving import ServingTarget
+from attnum.kernels.wheels import signature as sig
 from attnum.kernels.wheels import source as wheels
 
 PACKAGE = "sageattention"
@@ -80,13 +83,44 @@ def _host(query, key, value, is_causal, scale):
     return fwd(q8, k8, v, qs, ks, tensor_layout="HND", output_dtype=dtype)
 
 
+CORE_CALL = sig.Call(leaf="core", function="sageattn", positional=("q", "k", "v"), keywords=("is_causal",),
+                     optional=("tensor_layout", "scale", "sm_scale", "smooth_k"))
+"""``sageattn(q, k, v, ...)`` in every version; 1.0.4 inserted ``tensor_layout`` (passed by name here), 1.0.5
+renamed ``scale`` to ``sm_scale``."""
+
+
+def _check(version: str) -> str:
+    return sig.problem(PACKAGE, version, CORE_CALL)
+
+
+def _core(query, key, value, is_causal, scale):
+    """``core.sageattn`` itself, on a copy of K (sageattn up to 1.0.3 and from 1.0.5 smooths K in place): the
+    path of versions whose host code runs on CPU (1.0.3, 1.0.4: no CUDA assert). Its asserts (1.0.3: a
+    sequence of at least 128) are its refusals."""
+    fn = _mod("core").sageattn
+    kw = {"tensor_layout": "HND"} if sig.takes(fn, "tensor_layout") else {}
+    if scale is not None:
+        name = "sm_scale" if sig.takes(fn, "sm_scale") else "scale"
+        kw[name] = scale  # passed as asked: a version that ignores it answers for it
+    try:
+        return fn(query, key.clone(), value, is_causal=bool(is_causal), **kw)
+    except AssertionError as exc:
+        raise NotImplementedError(f"sageattn refuses this call: {exc}") from exc
+
+
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """SDPA -> sageattn (HND layout, smooth_k=True); refuses what sageattn cannot take."""
     _refuse(query, key, value, attn_mask, is_causal, enable_gqa)
     sm_scale = None if scale is None else float(scale)
     if query.device.type == "cuda":
-        return _mod("core").sageattn(query, key.clone(), value, tensor_layout="HND", is_causal=bool(is_causal),
-                                     sm_scale=sm_scale)
+        return _core(query, key, value, is_causal, sm_scale)
+    if not sig.takes(_mod("quant_per_block").per_block_int8, "sm_scale"):
+        # 1.0.3 / 1.0.4: sageattn's host code has no CUDA assert and runs as is. Their fp16 path is sage1's
+        # design; 1.0.3's bf16 kernels (bf16 P V) are not, so only fp16 is judged here.
+        if query.dtype != torch.float16:
+            raise NotImplementedError("sageattn before 1.0.5 on CPU: fp16 only here (1.0.3's bf16 kernels are "
+                                      "not the sage1 design attnum judges against)")
+        return _core(query, key, value, is_causal, sm_scale)
     return _host(query, key, value, bool(is_causal), sm_scale)
 
 
@@ -96,5 +130,5 @@ TARGET = ServingTarget("sage1-triton", sdpa=sdpa, causal_alignment="top_left", e
 
 KERNELS = (
     serving_kernel(TARGET, "SageAttention 1.0.6 sageattn (Triton; INT8 Q K, fp16 P V; as SDPA)", package=PACKAGE,
-                   dtypes=DTYPES),
+                   dtypes=DTYPES, check=_check),
 )

@@ -12,7 +12,9 @@
   no scale argument (it takes 1 / sqrt(d)): another scale is unsupported. Tiles 64 x 64 (non-CUDA branch;
   sm90 takes 128 x 128).
 
-From the installed ``sglang`` or the pinned wheel (``attnum kernels fetch sglang``; attnum.kernels.wheels.source).
+From the installed ``sglang`` or a pinned wheel (``attnum kernels fetch sglang[@VERSION]``, default 0.5.3;
+``sglang-merge@0.5.23`` runs 0.5.23's files, moved to ``sglang/kernels/ops/attention``; attnum.kernels.wheels.source),
+each call checked against the version's signature (the ``*_CALL`` tables).
 On CPU through Triton's interpreter (GPU arithmetic: attnum.kernels.triton.faithful), with CUDA natively.
 """
 
@@ -25,15 +27,37 @@ import torch
 from attnum.kernels import serving_layout as lay
 from attnum.kernels.protocol import serving_kernel
 from attnum.kernels.serving import ServingTarget
+from attnum.kernels.wheels import signature as sig
 from attnum.kernels.wheels import source as wheels
 
 PACKAGE = "sglang"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _OPS = "sglang.srt.layers.attention.triton_ops."
 
+# How each entry point is called (attnum.kernels.wheels.signature). SGLang 0.5.10 inserted the required
+# ``k_scale, v_scale`` (floats multiplied into sm_scale / the output: 1.0 for a bf16 / fp16 / fp32 cache) after
+# ``sm_scale`` in decode and after ``max_len_extend`` in extend, so sm_scale is passed by name.
+_UNIT_SCALES = {"k_scale": 1.0, "v_scale": 1.0}
+DECODE_CALL = sig.Call(leaf="decode_attention", function="decode_attention_fwd", positional=(
+    "q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse", "num_kv_splits",
+    "max_kv_splits", "sm_scale"), fills=_UNIT_SCALES)
+MERGE_CALL = sig.Call(leaf="merge_state", function="merge_state_triton", positional=(
+    "prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output", "output_lse"))
+EXTEND_CALL = sig.Call(leaf="extend_attention", function="extend_attention_fwd", positional=(
+    "q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
+    "custom_mask", "is_causal", "mask_indptr", "max_len_extend"), keywords=("sm_scale",), fills=_UNIT_SCALES)
+CONTEXT_CALL = sig.Call(leaf="prefill_attention", function="context_attention_fwd", positional=(
+    "q", "k", "v", "o", "b_start_loc", "b_seq_len", "max_input_len"), keywords=("is_causal",))
+
 
 def _mod(name: str):
-    return wheels.load(PACKAGE, _OPS + name)
+    """The kernel file ``<name>.py`` of the SGLang version this process runs
+    (sglang/srt/layers/attention/triton_ops up to 0.5.15, sglang/kernels/ops/attention since 0.5.16)."""
+    return wheels.load(PACKAGE, wheels.module_named(PACKAGE, name) or _OPS + name)
+
+
+def _checker(call: sig.Call):
+    return lambda version: sig.problem(PACKAGE, version, call)
 
 
 def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
@@ -52,8 +76,9 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
     splits = torch.full((B,), num_splits, dtype=torch.int32, device=q.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    _mod("decode_attention").decode_attention_fwd(q[:, :, 0].contiguous(), k, v, o, indptr, indices, logits, lse,
-                                                   splits, num_splits, sm_scale)
+    fn = _mod("decode_attention").decode_attention_fwd
+    fn(q[:, :, 0].contiguous(), k, v, o, indptr, indices, logits, lse, splits, num_splits, sm_scale,
+       **sig.keywords(fn, DECODE_CALL))
     return out if out is not None else o.unsqueeze(2)
 
 
@@ -78,8 +103,9 @@ def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     o = torch.empty(B * N, H, value.shape[-1], dtype=query.dtype, device=query.device)
     qo = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=query.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    _mod("extend_attention").extend_attention_fwd(q_ext, k_ext, v_ext, o, k_buf, v_buf, qo, indptr, indices, None,
-                                                   bool(is_causal), None, N, sm_scale)
+    fn = _mod("extend_attention").extend_attention_fwd
+    fn(q_ext, k_ext, v_ext, o, k_buf, v_buf, qo, indptr, indices, None, bool(is_causal), None, N, sm_scale=sm_scale,
+       **sig.keywords(fn, EXTEND_CALL))
     return lay.untokens(o, B, N)
 
 
@@ -144,10 +170,11 @@ CONTEXT = ServingTarget("sglang-context", sdpa=context, varlen=context_packed, c
 
 KERNELS = (
     serving_kernel(DECODE, "SGLang decode_attention_fwd (Triton; single query, token pool)", package=PACKAGE,
-                   dtypes=DTYPES),
-    serving_kernel(MERGE, "SGLang merge_state_triton (Triton)", package=PACKAGE, dtypes=DTYPES),
+                   dtypes=DTYPES, check=_checker(DECODE_CALL)),
+    serving_kernel(MERGE, "SGLang merge_state_triton (Triton)", package=PACKAGE, dtypes=DTYPES,
+                   check=_checker(MERGE_CALL)),
     serving_kernel(EXTEND, "SGLang extend_attention_fwd (Triton; prefill over a prefix, as SDPA)", package=PACKAGE,
-                   dtypes=DTYPES),
+                   dtypes=DTYPES, check=_checker(EXTEND_CALL)),
     serving_kernel(CONTEXT, "SGLang context_attention_fwd (Triton; prefill, N = S, as SDPA)", package=PACKAGE,
-                   dtypes=DTYPES),
+                   dtypes=DTYPES, check=_checker(CONTEXT_CALL)),
 )

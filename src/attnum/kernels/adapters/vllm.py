@@ -49,6 +49,7 @@ import torch
 from attnum.kernels import serving_layout as lay
 from attnum.kernels.protocol import sdpa_kernel, serving_kernel
 from attnum.kernels.serving import ServingTarget
+from attnum.kernels.wheels import signature as sig
 from attnum.kernels.wheels import source as wheels
 
 PACKAGE = "vllm"
@@ -62,7 +63,53 @@ PAGE = 16
 
 
 def _mod(name: str):
-    return wheels.load(PACKAGE, _OPS + name)
+    """The kernel file ``<name>.py`` of the vLLM version this process runs (vllm/attention/ops up to 0.13.0,
+    vllm/v1/attention/ops since 0.14.0)."""
+    return wheels.load(PACKAGE, wheels.module_named(PACKAGE, name) or _OPS + name)
+
+
+# How each entry point is called, checked against a version's signature before it runs (attnum.kernels.wheels.
+# signature): the leading arguments are passed by position, so a version that renamed or moved one is refused.
+UNIFIED_CALL = sig.Call(leaf="triton_unified_attention", function="unified_attention", positional=(
+    "q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k", "softmax_scale", "causal",
+    "window_size", "block_table", "softcap", "q_descale", "k_descale", "v_descale"), keywords=(
+    "seq_threshold_3D", "num_par_softmax_segments", "softmax_segm_output", "softmax_segm_max", "softmax_segm_expsum"))
+MERGE_CALL = sig.Call(leaf="triton_merge_attn_states", function="merge_attn_states", positional=(
+    "output", "prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output_lse"))
+DECODE_CALL = sig.Call(leaf="triton_decode_attention", function="decode_attention_fwd", positional=(
+    "q", "k_buffer", "v_buffer", "o", "lse", "req_to_token", "b_seq_len", "attn_logits", "num_kv_splits", "sm_scale"),
+    keywords=("page_size",), optional=("is_mla",))  # is_mla since 0.21.0 (the MHA call leaves it out before)
+MLA_CALL = sig.Call(leaf="triton_decode_attention", function="decode_attention_fwd",
+                    positional=DECODE_CALL.positional, keywords=("page_size", "is_mla"))
+PREFIX_CALL = sig.Call(leaf="prefix_prefill", function="context_attention_fwd", positional=(
+    "q", "k", "v", "o", "kv_cache_dtype", "k_cache", "v_cache", "b_loc", "b_start_loc", "b_seq_len", "max_seq_len",
+    "max_input_len", "k_scale", "v_scale"), keywords=("sm_scale",), optional=("causal",))  # causal since 0.21.0
+
+
+def _checker(call: sig.Call):
+    return lambda version: sig.problem(PACKAGE, version, call)
+
+
+def _call(fn, *args, **kw):
+    """``fn(*args, **kw)``: an ``assert`` in vLLM's host code is its refusal of the call (``unsupported``: up to
+    0.22.0 ``unified_attention`` asserts "Only causal attention is supported"), and the one construct of older
+    files Triton's interpreter cannot run is said as such (0.13.0's ``prefix_prefill`` loads one block number,
+    a scalar, and indexes it as ``bn[None, :]``, which compiled Triton broadcasts and the interpreter's numpy
+    refuses; later releases load a vector there)."""
+    import traceback
+
+    try:
+        return fn(*args, **kw)
+    except AssertionError as exc:
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        if last.name != fn.__name__:  # raised deeper (a kernel's device assert): not a refusal of the call
+            raise
+        raise NotImplementedError(f"vllm {fn.__name__} refuses this call: {exc}") from exc
+    except Exception as exc:
+        if "too many indices for tensor of rank 0" not in str(exc):
+            raise
+        raise NotImplementedError(f"vllm {fn.__name__} of this release indexes a loaded scalar as a vector "
+                                  "(bn[None, :]), which Triton's interpreter cannot run; run it with CUDA") from exc
 
 
 TABLE_TOKENS = 128  # vLLM's BlockTable rows are a multiple of 128 tokens wide (``get_block_table_width``)
@@ -92,7 +139,7 @@ def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, ca
                   softmax_segm_output=torch.empty(T, H, num_splits, hp, **f32),
                   softmax_segm_max=torch.empty(T, H, num_splits, **f32),
                   softmax_segm_expsum=torch.empty(T, H, num_splits, **f32))
-    _mod("triton_unified_attention").unified_attention(
+    _call(_mod("triton_unified_attention").unified_attention,
         q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, (-1, -1),
         table, 0.0, None, None, None, **kw)
     return out_tok
@@ -161,12 +208,16 @@ def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, ma
 
 
 def triton_merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
-    """``merge_attn_states(output, prefix_o, prefix_lse (H, T), suffix_o, suffix_lse, output_lse)``; the
-    LSEs pass as transposed views (the kernel reads their strides)."""
+    """``merge_attn_states(output, prefix_o, prefix_lse (H, T), suffix_o, suffix_lse, output_lse)``. The LSEs
+    pass as contiguous (H, T) tensors: up to 0.26.0 the kernel indexes them as ``head * T + token`` whatever
+    their strides (0.27.0 reads the strides). The output LSE is computed into a contiguous (H, T) copy of
+    ``lse_out`` and copied back, so a row the kernel does not write keeps what ``lse_out`` held."""
     out = torch.empty_like(o_a) if out is None else out
     lse_out = torch.empty_like(lse_a) if lse_out is None else lse_out
-    _mod("triton_merge_attn_states").merge_attn_states(out, o_a.contiguous(), lse_a.contiguous().T, o_b.contiguous(),
-                                                       lse_b.contiguous().T, lse_out.T)
+    lse_ht = lse_out.T.contiguous()
+    _call(_mod("triton_merge_attn_states").merge_attn_states, out, o_a.contiguous(), lse_a.T.contiguous(),
+          o_b.contiguous(), lse_b.T.contiguous(), lse_ht)
+    lse_out.copy_(lse_ht.T)
     return out, lse_out
 
 
@@ -189,7 +240,10 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
             num_splits, sc)
     # is_mla as vLLM's Triton MLA backend passes it: decode_attention_fwd itself picks the grouped kernel
     # for H / G > 1 (every real MLA call: one latent head) and the MHA kernel for H == G
-    _mod("triton_decode_attention").decode_attention_fwd(*args, page_size=k_cache.shape[1], is_mla=mla)
+    fn = _mod("triton_decode_attention").decode_attention_fwd
+    if mla and not sig.takes(fn, "is_mla"):
+        raise NotImplementedError("this vLLM's decode_attention_fwd has no is_mla (its MLA path came in 0.21.0)")
+    _call(fn, *args, page_size=k_cache.shape[1], **({"is_mla": mla} if sig.takes(fn, "is_mla") else {}))
     o4 = out if out is not None else o.unsqueeze(2)
     return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
 
@@ -253,11 +307,15 @@ def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok
     k_cache, v_cache = vllm_cache_layout(k_pool, v_pool)
     one = torch.ones((), dtype=torch.float32, device=dev)
     B = len(lens)
-    _mod("prefix_prefill").context_attention_fwd(
-        q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, vllm_block_table(table, k_pool.shape[1]),
-        torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
-        torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
-        sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale), causal=bool(causal))
+    fn = _mod("prefix_prefill").context_attention_fwd
+    if not sig.takes(fn, "causal") and not causal:
+        raise NotImplementedError("this vLLM's context_attention_fwd has no causal argument (causal only; it came "
+                                  "in 0.21.0)")
+    _call(fn, q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, vllm_block_table(table, k_pool.shape[1]),
+          torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
+          torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
+          sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale),
+          **sig.keywords(fn, PREFIX_CALL, causal=bool(causal)))
     return out_tok
 
 
@@ -331,12 +389,13 @@ KERNELS = (
                 doc="``vllm-merge``: vLLM's ``merge_attn_states`` (prefix/suffix merge of chunked prefill) as a merge "
                     "target."),
     serving_kernel(UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)", package=PACKAGE,
-                   dtypes=DTYPES),
-    serving_kernel(MERGE, "vLLM merge_attn_states (Triton)", package=PACKAGE, dtypes=DTYPES),
+                   dtypes=DTYPES, check=_checker(UNIFIED_CALL)),
+    serving_kernel(MERGE, "vLLM merge_attn_states (Triton)", package=PACKAGE, dtypes=DTYPES,
+                   check=_checker(MERGE_CALL)),
     serving_kernel(TRITON_DECODE, "vLLM triton_decode_attention (Triton; single query, paged, LSE)", package=PACKAGE,
-                   dtypes=DTYPES),
+                   dtypes=DTYPES, check=_checker(DECODE_CALL)),
     serving_kernel(MLA_DECODE, "vLLM triton_decode_attention, MLA path (Triton; latent cache, d = dv + rope, single "
-                               "query, paged, LSE)", package=PACKAGE, dtypes=DTYPES),
+                               "query, paged, LSE)", package=PACKAGE, dtypes=DTYPES, check=_checker(MLA_CALL)),
     serving_kernel(PREFIX_PREFILL, "vLLM prefix_prefill context_attention_fwd (Triton; prefill over a paged prefix, as "
-                                   "SDPA and decode)", package=PACKAGE, dtypes=DTYPES),
+                                   "SDPA and decode)", package=PACKAGE, dtypes=DTYPES, check=_checker(PREFIX_CALL)),
 )

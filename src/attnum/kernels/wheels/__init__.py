@@ -1,4 +1,6 @@
-"""Third-party kernel source: pinned wheels fetched into a user cache, checked by sha256 on every use, and the stand-ins for the heavy modules their kernel files import."""
+"""Third-party kernel source: the pin table (versions, wheels, kernel files and their sha256), the files fetched into a
+user cache and checked on every use, the stand-ins for the heavy modules they import, and how adapters read a
+version's entry-point signature."""
 
 from attnum._moved import forward
 

@@ -1,26 +1,26 @@
-"""Third-party Triton kernels, from the installed package or from its wheel in a user cache.
+"""Third-party Triton kernels, from the installed package or from the kernel files of a pinned wheel.
 
-SGLang's, vLLM's and SageAttention 1's Triton attention kernels, FlashInfer's Triton merges and
-ring-flash-attn's merge are plain Python files inside their wheels. attnum runs
-them from the installed package when there is one; otherwise ``attnum kernels fetch sglang|vllm``
-(or ``sageattention``) downloads the pinned wheel once, without dependencies (``pip download --no-deps``), into
-``$ATTNUM_CACHE`` (default ``~/.cache/attnum``) and extracts only the kernel files it needs; later runs,
-CI included, reuse them. Nothing of theirs is committed here.
+SGLang's, vLLM's and SageAttention 1's Triton attention kernels, FlashInfer's Triton merges, ring-flash-attn's
+merge and fla's attention are plain Python files inside their wheels. attnum runs them from the installed
+package when there is one; otherwise ``attnum kernels fetch PACKAGE[@VERSION]`` downloads that version's
+wheel once, without dependencies (``pip download --no-deps``), into ``$ATTNUM_CACHE`` (default
+``~/.cache/attnum``), extracts only the kernel files the pin table names (:mod:`attnum.kernels.wheels.pins`)
+into ``src/<package>-<version>`` and deletes the wheel; later runs, CI included, reuse the files after
+checking each one's sha256 against the table. Nothing of theirs is committed here. A package's ``default``
+version is what a plain target (``vllm-unified``) runs; ``vllm-unified@0.30.0`` names another one.
 
 A kernel file is imported by path under its own module name, with small stand-ins for the heavy modules
-it imports (``vllm.platforms``: an NVIDIA sm90 platform; ``vllm.envs``; ``vllm.logger``;
-``sglang.srt.utils``: ``is_hip() = False``, ``is_cuda()`` = whether CUDA is present; ``flashinfer.utils``:
-``get_compute_capability`` = (9, 0) for the host wrappers' sm90 check, and ``flashinfer.triton.utils.check_input``
-without its ``is_cuda`` assertion on CPU, its contiguity check kept) -- the stand-ins are installed only when the
-real package is absent. Package ``__init__`` files are never run (flashinfer's imports its JIT and CUDA
-extensions, ring_flash_attn's imports flash_attn): only the listed files load. With ``TRITON_INTERPRET=1``
-(CPU) the kernels run in Triton's interpreter; see :mod:`attnum.kernels.triton.faithful` for its arithmetic.
+it imports (:mod:`attnum.kernels.wheels.stand_ins`), installed only when the real package is absent. Package
+``__init__`` files are never run (flashinfer's imports its JIT and CUDA extensions, ring_flash_attn's imports
+flash_attn): only the listed files load. One process holds one version of a package (the module names are
+the same in every version): asking a process that loaded vllm 0.30.0's files for 0.31.0's is refused in one
+line, never answered with the first; ``attnum audit`` runs each target in a fresh kernel server. With
+``TRITON_INTERPRET=1`` (CPU) the kernels run in Triton's interpreter; see :mod:`attnum.kernels.triton.faithful`.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -30,67 +30,32 @@ from pathlib import Path
 
 from attnum.errors import AttnumEnvironmentError, bad_value
 from attnum.kernels.wheels import cache as wheel_cache
+from attnum.kernels.wheels.pins import Package, Wheel, table
 from attnum.kernels.wheels.stand_ins import _load_file, _stand_ins, importable
 
-WHEELS = {
-    "sglang": ("0.5.3", "sglang-0.5.3-py3-none-any.whl",
-               "14b20822b7c36d7069556e559181bcaa1d3d44b2b0fcbf8818313af4ca22ae7f"),
-    "vllm": ("0.33.0", "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
-             "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"),
-    "sageattention": ("1.0.6", "sageattention-1.0.6-py3-none-any.whl",
-                      "fafc66569bed62a16839e820c2612141b5a20accf55b876d941bab9c0ac5d888"),
-    "flashinfer": ("0.7.2.post1", "flashinfer_python-0.7.2.post1-py3-none-any.whl",
-                   "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"),
-    "ring-flash-attn": ("0.1.8", "ring_flash_attn-0.1.8-py3-none-any.whl",
-                        "296c929516c3b21f7bcdaeca44a99bb541779a7b63979eb0f67837dcb18a2bb9"),
-    "fla": ("0.6.0", "fla_core-0.6.0-py3-none-any.whl",
-            "b0708b70e0b119cd58a0a5146ea56cb175cef6ed969d8ac60267e3e077ce3ebd"),
-}
-"""``{package: (version, wheel file name, sha256)}``: the one wheel attnum fetches and runs per package, with
-the sha256 the registry (PyPI) publishes for it. A wheel in the cache is used only under this exact name and
-only when its hash matches, on fetch and before every use (attnum.kernels.wheels.cache). The versions are the
-ones the verdicts in docs/audit.md and docs/lowbit.md were measured on. vLLM's wheel is platform-specific:
-its kernel files are plain Python, so the x86_64 wheel is fetched on every machine (``pip download
---platform``)."""
+_CHOSEN: dict[str, str] = {}  # the version this process runs, per package (default: the table's)
+_LOADED: dict[str, str] = {}  # the version whose modules this process imported, per package
 
-PINS = {name: pin[0] for name, pin in WHEELS.items()}
-"""``{package: version}`` (from :data:`WHEELS`)."""
 
-DISTS = {"flashinfer": "flashinfer-python", "fla": "fla-core"}
-"""The PyPI name where it is not the package's own (``attnum kernels fetch flashinfer`` gets flashinfer-python)."""
+def packages() -> dict[str, Package]:
+    return table()
 
-IMPORTS = {"ring-flash-attn": "ring_flash_attn"}
-"""The import name where it is not the package's own."""
 
-FILES = {
-    "sglang": ("sglang/srt/layers/attention/triton_ops/decode_attention.py",
-               "sglang/srt/layers/attention/triton_ops/merge_state.py",
-               "sglang/srt/layers/attention/triton_ops/extend_attention.py",
-               "sglang/srt/layers/attention/triton_ops/prefill_attention.py"),
-    "vllm": ("vllm/v1/attention/ops/triton_unified_attention.py",
-             "vllm/v1/attention/ops/triton_attention_helpers.py",
-             "vllm/v1/attention/ops/triton_merge_attn_states.py",
-             "vllm/v1/attention/ops/triton_decode_attention.py",
-             "vllm/v1/attention/ops/prefix_prefill.py"),
-    # SageAttention 1's Triton path (a pure-Python wheel): sageattn's host code and every kernel it calls.
-    "sageattention": ("sageattention/core.py", "sageattention/quant_per_block.py",
-                      "sageattention/quant_per_block_hd96.py", "sageattention/quant_per_block_varlen.py",
-                      "sageattention/attn_qk_int8_per_block.py", "sageattention/attn_qk_int8_per_block_causal.py",
-                      "sageattention/attn_qk_int8_per_block_h96.py",
-                      "sageattention/attn_qk_int8_per_block_h96_causal.py",
-                      "sageattention/attn_qk_int8_block_varlen.py",
-                      "sageattention/attn_qk_int8_per_block_causal_varlen.py"),
-    # FlashInfer's Triton cascade merges: host wrappers, kernels, and the checks the wrappers call.
-    "flashinfer": ("flashinfer/triton/cascade.py", "flashinfer/triton/kernels/cascade.py",
-                   "flashinfer/triton/kernels/__init__.py", "flashinfer/triton/utils.py"),
-    "ring-flash-attn": ("ring_flash_attn/utils.py",),
-    # flash-linear-attention's softmax attention: the two kernel files and the two helper files they import;
-    # its native sparse attention (NSA): the selection, compression and top-k kernels and the helper files
-    # (index, block CSR, mean pooling) they import.
-    "fla": ("fla/ops/attn/parallel.py", "fla/ops/attn/decoding.py", "fla/ops/utils/op.py",
-            "fla/ops/utils/constant.py", "fla/ops/nsa/parallel.py", "fla/ops/nsa/compression.py",
-            "fla/ops/nsa/utils.py", "fla/ops/utils/index.py", "fla/ops/utils/csr.py", "fla/ops/utils/pooling.py"),
-}
+def __getattr__(name: str):
+    # The single-version names of attnum <= 0.1 (the default pins), computed from the table.
+    t = table()
+    if name == "PINS":
+        return {p: pkg.default for p, pkg in t.items()}
+    if name == "WHEELS":
+        return {p: (pkg.default, pkg.versions[pkg.default].name, pkg.versions[pkg.default].sha256)
+                for p, pkg in t.items()}
+    if name == "FILES":
+        return {p: pkg.versions[pkg.default].paths for p, pkg in t.items()}
+    if name == "DISTS":
+        return {p: pkg.dist for p, pkg in t.items() if pkg.dist != p}
+    if name == "IMPORTS":
+        return {p: pkg.import_name for p, pkg in t.items() if pkg.import_name != p}
+    raise AttributeError(name)
 
 
 def cache_dir() -> Path:
@@ -98,115 +63,223 @@ def cache_dir() -> Path:
 
 
 def _check(package: str) -> str:
-    if package not in PINS:
-        raise bad_value("package", package, f"one of {', '.join(PINS)}")
+    if package not in table():
+        raise bad_value("package", package, f"one of {', '.join(table())}")
     return package
 
 
-def source_dir(package: str) -> Path:
-    """Where the extracted kernel files of the pinned wheel live (``<cache>/src/<package>-<version>``)."""
-    return cache_dir() / "src" / f"{_check(package)}-{PINS[package]}"
+def split(spec: str) -> tuple[str, str | None]:
+    """``"vllm@0.30.0"`` -> ("vllm", "0.30.0"); ``"vllm"`` -> ("vllm", None); the package checked."""
+    package, at, version = spec.strip().partition("@")
+    _check(package)
+    if at and not version:
+        raise bad_value("version", spec, f"PACKAGE@VERSION with a version ({', '.join(table()[package].versions)})")
+    return package, (version or None)
+
+
+def version_of(package: str, version: str | None = None) -> str:
+    """``version`` checked against the table, else the one chosen for this process, else the default."""
+    pkg = table()[_check(package)]
+    v = version or _CHOSEN.get(package) or pkg.default
+    if v not in pkg.versions:
+        raise bad_value("version", f"{package}@{v}", f"a version of {package} attnum has pinned: "
+                        f"{', '.join(pkg.versions)} (each with its wheel's sha256 in attnum/kernels/wheels/pins.toml)")
+    return v
+
+
+def wheel(package: str, version: str | None = None) -> Wheel:
+    return table()[_check(package)].versions[version_of(package, version)]
+
+
+def choose(package: str, version: str | None) -> str:
+    """Make ``version`` (None: the default) the one this process runs for ``package``; refused in one line
+    when the process already imported another version's files."""
+    v = version_of(package, version or table()[_check(package)].default)
+    loaded = _LOADED.get(package)
+    if loaded is not None and loaded != v:
+        raise AttnumEnvironmentError(
+            f"{package} {v} cannot run in this process: it already imported {package} {loaded}'s kernel files "
+            "(one version of a package per process; attnum audit runs each target in its own kernel server, "
+            "--no-isolate runs one version per command)")
+    _CHOSEN[package] = v
+    return v
+
+
+def source_dir(package: str, version: str | None = None) -> Path:
+    """Where the extracted kernel files of a version live (``<cache>/src/<package>-<version>``)."""
+    return cache_dir() / "src" / f"{package}-{version_of(package, version)}"
 
 
 def installed(package: str) -> bool:
-    return importable(IMPORTS.get(_check(package), package))  # our own stand-ins do not count
+    return importable(table()[_check(package)].import_name)  # our own stand-ins do not count
 
 
-def _fix(package: str) -> str:
-    return f"attnum kernels fetch {package}"
+def installed_version(package: str) -> str | None:
+    from importlib import metadata
 
-
-def wheel_path(package: str) -> Path:
-    """The pinned wheel's one accepted path in the cache (no glob: a decoy name is never picked)."""
-    return cache_dir() / "wheels" / WHEELS[_check(package)][1]
-
-
-def _problem(package: str) -> str:
-    """'' when the pinned wheel verifies and the extracted kernel files are its bytes, else why not."""
     try:
-        wheel_cache.verify_wheel(cache_dir(), wheel_path(package), WHEELS[package][2], _fix(package))
-    except AttnumEnvironmentError as err:
-        return str(err)
-    return wheel_cache.tree_problem(cache_dir(), wheel_path(package), FILES[package], source_dir(package),
-                                    _fix(package))
+        return metadata.version(table()[_check(package)].dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
-def missing(package: str) -> str:
-    """'' when ``package``'s kernel files can be loaded here, else why not (one line). Fetched files are
-    checked against the pinned wheel's sha256 on every call (attnum.kernels.wheels.cache)."""
+def _fix(package: str, version: str) -> str:
+    return f"attnum kernels fetch {package}" + ("" if version == table()[package].default else f"@{version}")
+
+
+def wheel_path(package: str, version: str | None = None) -> Path:
+    """The wheel's one accepted path in the cache (no glob: a decoy name is never picked)."""
+    return cache_dir() / "wheels" / wheel(package, version).name
+
+
+def _problem(package: str, version: str) -> str:
+    """'' when the version's extracted kernel files are the table's bytes, else why not."""
+    w = wheel(package, version)
+    return wheel_cache.tree_problem(cache_dir(), w.files, source_dir(package, version), _fix(package, version))
+
+
+def _installed_problem(package: str, version: str | None) -> str:
+    have = installed_version(package)
+    if version is not None and have is not None and have != version:
+        return (f"{package} {have} is installed, and attnum runs an installed package's own kernels: "
+                f"{package}@{version} needs an environment without it (pip uninstall {table()[package].dist})")
+    return ""
+
+
+def missing(package: str, version: str | None = None) -> str:
+    """'' when the kernel files of ``package`` (``version``; None: this process's choice) can be loaded here,
+    else why not (one line). Fetched files are checked against the pin table's sha256 on every call."""
     if installed(package):
-        return ""
-    src = source_dir(package)
-    if not any(os.path.lexists(src / f) for f in FILES[package]) and not os.path.lexists(wheel_path(package)):
-        return (f"{package} is neither installed nor fetched: run `attnum kernels fetch {package}` "
-                f"(pip download --no-deps {DISTS.get(package, package)}=={PINS[package]} into {cache_dir()})")
-    return _problem(package)
+        return _installed_problem(package, version)
+    v = version_of(package, version)
+    w, src = wheel(package, v), source_dir(package, v)
+    if not os.path.lexists(src):
+        return (f"{package} {v} is neither installed nor fetched: run `{_fix(package, v)}` (pip download --no-deps "
+                f"{table()[package].dist}=={v}, {w.size / 1e6:.3g} MB, into {cache_dir()})")
+    return _problem(package, v)
 
 
-def _download(package: str, wheels: Path, quiet: bool) -> None:
-    """pip download of the pinned wheel into a fresh folder beside ``wheels``; the pinned file, verified,
-    renamed into place."""
-    version, name, sha = WHEELS[package]
+def _pip_tags(w: Wheel) -> list[str]:
+    """pip's flags that select exactly this wheel's tags (a platform wheel is fetched on any machine: its
+    kernel files are plain Python)."""
+    py, abi, plat = w.tags()
+    if plat == "any":
+        return []
+    flags = [a for p in plat.split(".") for a in ("--platform", p)]
+    if py.startswith("cp") and py[2:].isdigit() and abi != "abi3":  # abi3: this interpreter qualifies
+        flags += ["--implementation", "cp", "--python-version", f"{py[2]}.{py[3:]}", "--abi", abi]
+    return flags
+
+
+def _download(package: str, w: Wheel, wheels: Path, quiet: bool) -> None:
+    """pip download of the wheel into a fresh folder beside ``wheels``; the pinned file, verified, renamed
+    into place."""
+    dist = table()[package].dist
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
     try:
-        plat = name[:-4].split("-")[4] if name.count("-") >= 4 else "any"
-        platform = [a for p in plat.split(".") for a in ("--platform", p)] if plat != "any" else []
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platform,
-               "--disable-pip-version-check", f"{DISTS.get(package, package)}=={version}", "-d", str(tmp)]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *_pip_tags(w),
+               "--disable-pip-version-check", f"{dist}=={w.version}", "-d", str(tmp)]
         run = subprocess.run(cmd, capture_output=quiet, text=True)
-        got = tmp / name
+        got = tmp / w.name
         if run.returncode or not got.is_file() or got.is_symlink():
             tail = (run.stderr or "").strip().splitlines()[-1:] if quiet else []
-            raise AttnumEnvironmentError(f"pip download of {DISTS.get(package, package)}=={version} ({name}) failed"
-                                         + (f": {tail[0]}" if tail else ""))
-        wheel_cache.verify_wheel(wheels, got, sha, _fix(package))
-        os.replace(got, wheels / name)
+            found = ", ".join(p.name for p in tmp.iterdir()) if tmp.is_dir() else ""
+            why = tail[0] if tail else (f"it gave {found}, not the pinned file" if found and not run.returncode else "")
+            raise AttnumEnvironmentError(f"pip download of {dist}=={w.version} ({w.name}) failed"
+                                         + (f": {why}" if why else ""))
+        wheel_cache.verify_wheel(wheels, got, w.sha256, _fix(package, w.version))
+        os.replace(got, wheels / w.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def fetch(package: str, *, quiet: bool = False) -> Path:
-    """Download the pinned wheel (no dependencies) once, check its sha256, and extract the kernel files
-    into a fresh folder renamed into place; returns the folder. A cached wheel whose hash is wrong (a
-    truncated download, a decoy) is refused with one line naming the file and the command that clears it."""
-    dest = source_dir(package)
-    if not _problem(package):
+def fetch(package: str, version: str | None = None, *, quiet: bool = False) -> Path:
+    """Download the version's wheel (no dependencies) unless its files are already here, check its sha256,
+    extract the pinned kernel files (each checked against its sha256) into a fresh folder renamed into place,
+    and delete the wheel; returns the folder. A wheel whose hash is wrong (a truncated download, a decoy) is
+    refused with one line naming the file and the command that clears it. Concurrent fetches of one version
+    extract once (an exclusive lock), and none of them fails for the others."""
+    v = version_of(package, version)
+    dest, w, root, fix = source_dir(package, v), wheel(package, v), cache_dir(), _fix(package, v)
+    if not _problem(package, v):
         return dest
-    wheels = cache_dir() / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    wheel_cache.refuse_links(cache_dir(), wheels, _fix(package))
-    if not os.path.lexists(wheel_path(package)):
-        _download(package, wheels, quiet)
-    wheel_cache.verify_wheel(cache_dir(), wheel_path(package), WHEELS[package][2], _fix(package))
-    wheel_cache.extract(cache_dir(), wheel_path(package), FILES[package], dest, _fix(package))
-    why = _problem(package)
-    if why:
-        raise AttnumEnvironmentError(why)
+    wheel_cache.ensure_dir(root, root / "src", fix)
+    wheels = root / "wheels"
+    wheel_cache.ensure_dir(root, wheels, fix)
+    with wheel_cache.exclusive(root, root / "src" / f".{dest.name}.lock", fix):
+        if not _problem(package, v):  # another process fetched it while this one waited
+            return dest
+        target = wheels / w.name
+        if not os.path.lexists(target):
+            _download(package, w, wheels, quiet)
+        wheel_cache.verify_wheel(root, target, w.sha256, fix)
+        wheel_cache.extract(root, target, w.files, dest, fix)
+        why = _problem(package, v)
+        if why:
+            raise AttnumEnvironmentError(why)
+        target.unlink()  # the files are what is kept and checked; the wheel has served
     return dest
 
 
 # -- loading ---------------------------------------------------------------------------------------
 
 
-    # ring-flash-attn's utils.py imports torch only
-
-
-def load(package: str, module: str):
-    """The kernel module ``module`` (dotted, e.g. ``vllm.v1.attention.ops.triton_merge_attn_states``):
-    the installed one, else the fetched file with stand-ins for its heavy imports."""
+def module_named(package: str, leaf: str, version: str | None = None) -> str | None:
+    """The dotted module name of the version's kernel file ``<leaf>.py`` (its folder differs between
+    versions), or None when that version ships none."""
     if installed(package):
+        return None
+    hits = [p for p in wheel(package, version).paths if p.rsplit("/", 1)[-1] == f"{leaf}.py"]
+    return hits[0][:-3].replace("/", ".") if hits else None
+
+
+def load(package: str, module: str, version: str | None = None):
+    """The kernel module ``module`` (dotted, e.g. ``vllm.v1.attention.ops.triton_merge_attn_states``):
+    the installed one, else the fetched file of ``version`` (None: this process's choice) with stand-ins
+    for its heavy imports."""
+    v = choose(package, version or _CHOSEN.get(package))
+    if installed(package):
+        why = _installed_problem(package, version)
+        if why:
+            raise AttnumEnvironmentError(why)
+        _LOADED[package] = installed_version(package) or v
         return importlib.import_module(module)
-    if module in sys.modules:
+    if module in sys.modules and _LOADED.get(package) == v:
         return sys.modules[module]
-    why = missing(package)  # the pinned hash, checked again before this process runs the files
+    why = missing(package, v)  # the pinned hashes, checked again before this process runs the files
     if why:
         raise (NotImplementedError if "neither installed nor fetched" in why else AttnumEnvironmentError)(why)
-    _stand_ins(package, source_dir(package))
-    # sibling kernel files first (vLLM's unified attention imports its helpers, SGLang's extend its prefill)
-    for f in FILES[package]:
-        name = f[:-3].replace("/", ".")
-        if name != module and (name.endswith("_helpers") or name.endswith("prefill_attention")):
-            _load_file(name, source_dir(package) / f)
-    return _load_file(module, source_dir(package) / (module.replace(".", "/") + ".py"))
+    root, w = source_dir(package, v), wheel(package, v)
+    if f"{module.replace('.', '/')}.py" not in w.paths:
+        raise NotImplementedError(f"{package} {v} ships no {module.replace('.', '/')}.py (its kernel files: "
+                                  f"{', '.join(w.paths)})")
+    _LOADED[package] = v
+    _stand_ins(package, root)
+    return _load_with_deps(module, root, {f[:-3].replace("/", "."): root / f for f in w.paths}, ())
 
 
+def _imports_of(module: str, path: Path) -> list[str]:
+    """The modules ``path``'s source imports (absolute, and relative resolved against ``module``)."""
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: -node.level]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return out
+
+
+def _load_with_deps(module: str, root: Path, listed: dict[str, Path], stack: tuple[str, ...]):
+    """Load ``module`` after the listed kernel files it imports (vLLM's unified attention imports its
+    helpers, SGLang's extend its decode and score_mod): only files of the pin table, never another file of
+    the tree, so a file planted beside them is never imported."""
+    for dep in _imports_of(module, listed[module]):
+        if dep in listed and dep != module and dep not in stack and dep not in sys.modules:
+            _load_with_deps(dep, root, listed, (*stack, module))
+    return _load_file(module, listed[module])

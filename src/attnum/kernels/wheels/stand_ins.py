@@ -61,7 +61,11 @@ def _stand_ins(package: str, root: Path) -> None:
         _module("vllm.v1.kv_cache_interface", KVQuantMode=_KVQuantMode)
     elif package == "sglang":
         cuda = torch.cuda.is_available()
-        _module("sglang.srt.utils", is_hip=lambda: False, is_cuda=lambda: cuda)
+        # sglang >= 0.5.16 also asks for AMD GPU generations (False: an NVIDIA device) and the SM count, and
+        # reads its environment flags only on AMD paths: a read here is refused, never guessed
+        _module("sglang.srt.utils", is_hip=lambda: False, is_cuda=lambda: cuda, is_gfx95_supported=lambda: False,
+                is_gfx1250_supported=lambda: False, get_device_core_count=lambda index=0: 132)  # an H100 SXM's SMs (sm90)
+        _module("sglang.srt.environ", envs=_Refused("sglang.srt.environ.envs"))
     elif package == "flashinfer":
         _flashinfer_stand_ins(root)
     elif package == "sageattention":  # no heavy imports; its package path, so that relative imports resolve
@@ -184,6 +188,20 @@ class _KVQuantMode(IntEnum):  # the names unified_attention compares against; on
     FP8_PER_TOKEN_HEAD = 3
     INT4_PER_TOKEN_HEAD = 4
     NVFP4 = 5
+
+
+class _Refused:
+    """A stand-in whose every attribute read raises: a name the kernel file imports but, on the paths
+    attnum runs, never reads (SGLang's environment flags are read only on AMD GPUs)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotImplementedError(f"{self._what}.{name} is not part of attnum's stand-ins (read only on paths "
+                                  "attnum does not run)")
 
 
 class _GPUArchitectureError(RuntimeError):
