@@ -239,14 +239,16 @@ def test_a_second_version_in_one_process_is_refused_in_one_line(cache, sage_whee
         "from attnum.audit.config import AuditConfig\n"
         "from attnum.audit.runner import run_audit\n"
         "r = run_audit(AuditConfig(target='sage1-triton@1.0.6', probes='shape-contract', dtypes='fp16'))\n"
-        "print('ISOLATED', r.available, [x.status for x in r.results])\n")
+        "print('ISOLATED', r.available, sorted({c.verdict.status for x in r.results for c in x.cases}))\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "ATTNUM_CACHE": str(cache)})
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()
     # an isolated audit of another version from this process: its kernel server holds 1.0.6 (whose phantom keys
-    # fail shape-contract; 1.0.3, held here, refuses every one of its cases: q_len < 128)
-    assert lines.pop() == "ISOLATED True ['fail']", run.stdout
+    # fail shape-contract's non-causal cases and whose causal ones read K_scale past its end; 1.0.3, held here,
+    # refuses every one of its cases: q_len < 128)
+    head, available, statuses = lines.pop().split(" ", 2)
+    assert (head, available) == ("ISOLATED", "True") and {"fail", "out of bounds"} <= set(eval(statuses)), run.stdout
     assert len(lines) == 2 and all(line.startswith("AttnumEnvironmentError sageattention 1.0.6 cannot run") for line
                                    in lines), lines
     assert "already imported sageattention 1.0.3" in lines[0]

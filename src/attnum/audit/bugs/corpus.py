@@ -24,6 +24,8 @@ OPEN = "open"
 ROLES = ("broken", "fixed")
 DTYPES = ("fp16", "bf16", "fp32")
 _ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
+SYMPTOMS = frozenset({"fail", "unwritten", "out of bounds"})
+"""Statuses that are a verdict on what the kernel did (not a crash, a refusal or a time-out)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +46,9 @@ class Case:
     source: str = "wheel"  # or "installed": the installed package runs (jax)
     wheels: tuple[tuple[str, str, str], ...] = ()  # (role, wheel file name, sha256)
     kernel_sha256: str = ""  # source "installed": the sha256 the installed kernel file must have
+    # The statuses of a probe case that ARE the upstream symptom: a wrong or unwritten output by default; a bug that
+    # reads past a tensor adds "out of bounds". A case of another status (another bug of the same kernel) is not it.
+    shows: tuple[str, ...] = ("fail", "unwritten")
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.id):
@@ -54,6 +59,8 @@ class Case:
             raise ValueError(f"case {self.id}: probes and symptom are required")
         if self.source not in ("wheel", "installed"):
             raise ValueError(f"case {self.id}: source={self.source!r} must be 'wheel' or 'installed'")
+        if not self.shows or not set(self.shows) <= SYMPTOMS:
+            raise ValueError(f"case {self.id}: shows={self.shows!r} must name statuses of {sorted(SYMPTOMS)}")
         if self.source == "installed" and (self.fixed != OPEN or not self.kernel_sha256):
             raise ValueError(f"case {self.id}: an installed package runs one version: fixed='open' and kernel_sha256")
 
@@ -111,7 +118,8 @@ def parse(text: str, *, check: bool = True) -> tuple[Case, ...]:
         e = dict(entry)
         wheels = tuple((role, e.pop(f"{role}_wheel"), e.pop(f"{role}_sha256")) for role in ROLES
                        if f"{role}_wheel" in e)
-        case = Case(**{**e, "links": tuple(e.get("links", ())), "probes": tuple(e["probes"]), "wheels": wheels})
+        case = Case(**{**e, "links": tuple(e.get("links", ())), "probes": tuple(e["probes"]), "wheels": wheels,
+                       **({"shows": tuple(e["shows"])} if "shows" in e else {})})
         if check:
             _check_against_tables(case)
         cases.append(case)

@@ -178,13 +178,19 @@ def _write_members(wheel: Path, files: tuple[tuple[str, str], ...], tmp: Path, f
 
 
 def _aside(dest: Path) -> None:
-    """Move an existing ``dest`` (tree, file or link) out of the way and remove it."""
-    if dest.is_symlink() or dest.is_file():
-        dest.unlink()
-    elif dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}-old-", dir=dest.parent))
-        os.rename(dest, old / "tree")
-        shutil.rmtree(old, ignore_errors=True)
+    """Move an existing ``dest`` (tree, file or link) out of the way and remove it. Another process may move or
+    remove it between the look and the move: then it is already out of the way."""
+    try:
+        if dest.is_symlink() or dest.is_file():
+            dest.unlink()
+        elif dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}-old-", dir=dest.parent))
+            try:
+                os.rename(dest, old / "tree")
+            finally:
+                shutil.rmtree(old, ignore_errors=True)
+    except FileNotFoundError:
+        pass
 
 
 def extract(root: Path, wheel: Path, files: tuple[tuple[str, str], ...], dest: Path, fix: str) -> None:
