@@ -107,18 +107,26 @@ FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "at
             "block_select": "attnum_block_select"}
 
 
-def feature(fn: object, name: str) -> bool:
+def feature(fn: object, name: str, param: str | None = None) -> bool:
     """Whether ``fn`` declares the feature ``name`` with ``attnum_<name> = True``: the score features of its SDPA
-    entry point (softcap, window, sinks, block_select), or ``mla`` (its decode entry point takes a latent cache: one KV head
-    whose first dv dims are the values, the mla-latent-decode probe)."""
+    and decode entry points (softcap, window, sinks, block_select), or ``mla`` (its decode entry point takes a latent
+    cache: one KV head whose first dv dims are the values, the mla-latent-decode probe). ``param``: the name the
+    one-line error gives ``fn`` (default: its ``__name__``)."""
     if name not in FEATURES:
         raise bad_value("feature", name, f"one of {', '.join(FEATURES)}")
     value = getattr(fn, FEATURES[name], None)
     if value is None or value is False:
         return False
     if value is not True:
-        raise bad_value(f"{getattr(fn, '__name__', 'target')}.{FEATURES[name]}", value, "True or False")
+        raise bad_value(f"{param or getattr(fn, '__name__', 'target')}.{FEATURES[name]}", value, "True or False")
     return True
+
+
+def entry_feature(target: object, entry: object, name: str) -> bool:
+    """Whether a serving entry point (``target.decode``) takes the score feature ``name``: declared on the entry
+    itself (``decode.attnum_softcap = True``) or on the whole target (every entry point that scores keys takes
+    it: :class:`attnum.kernels.serving.ServingTarget` ``features=``, a plain class's ``attnum_softcap = True``)."""
+    return feature(entry, name) or feature(target, name)
 
 
 def label(alignment: str) -> str:

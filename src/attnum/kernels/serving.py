@@ -109,7 +109,9 @@ def declared_target(obj, name: str) -> ServingTarget:
     if not any(callable(f) for f in entries.values()):
         raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state, merge_states, varlen")
     kw = {a: getattr(obj, a) for a in DECLARED if getattr(obj, a, None) is not None}
-    return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw)
+    # the score features as the docs declare them on any target (``attnum_softcap = True``), validated here
+    features = tuple(f for f in _conv.FEATURES if _conv.feature(obj, f, param=name))
+    return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw, features=features)
 
 
 def empty_rows_of(target, entry: str) -> str:
