@@ -144,6 +144,7 @@ class ServingTarget:
 
         self.__name__ = self.name = name
         self._sdpa = sdpa
+        self.has_sdpa = sdpa is not None  # a merge- or decode-only target: its SDPA cases are one "unsupported"
         if merge_state is not None:
             self.merge_state = merge_state
         if decode is not None:

@@ -36,9 +36,20 @@ def _mod(name: str):
     return wheels.load(PACKAGE, _OPS + name)
 
 
+def _sinks(sinks, q, kernel: str):
+    """(H,) float32 on q's device, one logit per query head (its ``sinks``), or None."""
+    if sinks is None:
+        return None
+    sk = sinks.to(device=q.device, dtype=torch.float32).contiguous()
+    if sk.shape != (q.shape[1],):
+        raise NotImplementedError(f"{kernel}: sinks of shape {tuple(sk.shape)}, not ({q.shape[1]},)")
+    return sk
+
+
 def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None):
-    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1; bottom-right causal is implicit)."""
+           scale=None, return_lse=False, out=None, lse_out=None, softcap=None, sinks=None):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1; bottom-right causal is implicit); ``softcap``
+    is its ``logit_cap`` (``cap * tanh(s / cap)``, tanh as ``2 sigmoid(2x) - 1``), ``sinks`` its stage-2 sinks."""
     B, H, N, d = q.shape
     if N != 1:
         raise NotImplementedError("sglang decode_attention_fwd: one query per sequence")
@@ -52,8 +63,10 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
     splits = torch.full((B,), num_splits, dtype=torch.int32, device=q.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    _mod("decode_attention").decode_attention_fwd(q[:, :, 0].contiguous(), k, v, o, indptr, indices, logits, lse,
-                                                   splits, num_splits, sm_scale)
+    _mod("decode_attention").decode_attention_fwd(
+        q[:, :, 0].contiguous(), k, v, o, indptr, indices, logits, lse, splits, num_splits, sm_scale,
+        logit_cap=lay.softcap_value(softcap, "sglang decode_attention_fwd"),
+        sinks=_sinks(sinks, q, "sglang decode_attention_fwd"))
     return out if out is not None else o.unsqueeze(2)
 
 
@@ -64,9 +77,18 @@ def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
     return o, lse
 
 
-def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """SDPA -> ``extend_attention_fwd``: prefix = the first S - N keys, extend = the last N."""
+def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+           softcap=None, window_size=None, sinks=None):
+    """SDPA -> ``extend_attention_fwd``: prefix = the first S - N keys, extend = the last N. ``softcap``: its
+    ``logit_cap``; ``window_size``: its ``sliding_window_size`` = W - 1 (key j visible from position p when
+    ``p <= j + W - 1``; without ``is_causal`` the right side is unbounded); ``sinks``: its ``sinks``."""
     lay.refuse_sdpa_extras("sglang extend_attention_fwd", query, key, attn_mask, enable_gqa)
+    who = "sglang extend_attention_fwd"
+    W = lay.window_extent(window_size, bool(is_causal), who, non_causal="left")
+    if W == 1:  # its sliding_window_size = W - 1 = 0 means "no window"
+        raise NotImplementedError(f"{who}: a window of one key (sliding_window_size 0 turns the window off)")
+    feats = dict(logit_cap=lay.softcap_value(softcap, who), sliding_window_size=W - 1 if W else -1,
+                 sinks=_sinks(sinks, query, who))
     B, H, N, d = query.shape
     S = key.shape[2]
     if not 1 <= N <= S:
@@ -79,7 +101,7 @@ def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     qo = torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=query.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _mod("extend_attention").extend_attention_fwd(q_ext, k_ext, v_ext, o, k_buf, v_buf, qo, indptr, indices, None,
-                                                   bool(is_causal), None, N, sm_scale)
+                                                   bool(is_causal), None, N, sm_scale, **feats)
     return lay.untokens(o, B, N)
 
 
@@ -136,9 +158,10 @@ def context_packed(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, ma
 
 
 DECODE = ServingTarget("sglang-decode", decode=decode, lse_base="e", single_query_only=True, accepts_out=True,
-                       split_rule="fixed-splits")
+                       split_rule="fixed-splits", features=("softcap", "sinks"))
 MERGE = ServingTarget("sglang-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
-EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right")
+EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right",
+                       features=("softcap", "window", "sinks"))
 CONTEXT = ServingTarget("sglang-context", sdpa=context, varlen=context_packed, causal_alignment="bottom_right")
 
 

@@ -63,7 +63,22 @@ def _mod(name: str):
     return wheels.load(PACKAGE, _OPS + name)
 
 
-def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits):
+def _features(q, causal: bool, softcap, window_size, sinks, kernel: str) -> dict:
+    """The protocol's score features (attnum.kernels.conventions) as ``unified_attention`` takes them:
+    ``softcap`` a float (0 = off), ``window_size`` vLLM's ``(W - 1, 0)`` (its kernel reads only the left side:
+    ``SLIDING_WINDOW = 1 + window_size[0]``; causal: keys ``p - W < j <= p``, not causal: ``|p - j| < W``),
+    ``sinks`` (H,) float32 on the device."""
+    w = lay.window_extent(window_size, causal, kernel, non_causal="symmetric")
+    sk = None
+    if sinks is not None:
+        sk = sinks.to(device=q.device, dtype=torch.float32).contiguous()
+        if sk.shape != (q.shape[1],):
+            raise NotImplementedError(f"{kernel}: sinks of shape {tuple(sk.shape)}, not ({q.shape[1]},)")
+    return {"softcap": lay.softcap_value(softcap, kernel), "window": (w - 1, 0) if w else (-1, -1), "sinks": sk}
+
+
+def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits,
+             softcap=0.0, window=(-1, -1), sinks=None):
     T, H, d = q_tok.shape
     kw = {}
     if num_splits > 1:
@@ -74,8 +89,8 @@ def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, ca
                   softmax_segm_max=torch.empty(T, H, num_splits, **f32),
                   softmax_segm_expsum=torch.empty(T, H, num_splits, **f32))
     _mod("triton_unified_attention").unified_attention(
-        q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, (-1, -1),
-        table, 0.0, None, None, None, **kw)
+        q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, window,
+        table, softcap, None, None, None, sinks=sinks, **kw)
     return out_tok
 
 
@@ -84,9 +99,11 @@ def _check_unified(q, v):
         raise NotImplementedError("vllm unified_attention: head dim of V == head dim of Q only")
 
 
-def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                 softcap=None, window_size=None, sinks=None):
     """Prefill: B sequences of N queries, the last N of S positions."""
     lay.refuse_sdpa_extras("vllm unified_attention", query, key, attn_mask, enable_gqa)
+    feats = _features(query, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     B, H, N, d = query.shape
     S = key.shape[2]
     if 0 in (N, S):
@@ -99,15 +116,16 @@ def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
     out = torch.empty(B * N, H, d, dtype=query.dtype, device=dev)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(query), kp, vp, out, cu_q=cu_q, used_k=used, max_q=N, scale=sc, causal=bool(is_causal),
-             table=table, num_splits=1)
+             table=table, num_splits=1, **feats)
     return lay.untokens(out, B, N)
 
 
 def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None):
+           scale=None, return_lse=False, out=None, lse_out=None, softcap=None, window_size=None, sinks=None):
     """attnum's decode protocol -> ``unified_attention`` (N queries per sequence, pages as they come)."""
     if return_lse:
         raise NotImplementedError("vllm unified_attention returns no LSE")
+    feats = _features(q, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     _check_unified(q, v_cache)
     B, H, N, d = q.shape
     lens = lay.lengths(cache_seqlens)
@@ -119,15 +137,16 @@ def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_
     buf = lay.token_out(out, q)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
-             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits)
+             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits, **feats)
     return lay.written(out, buf, B, N)
 
 
 def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
-           scale=None):
+           scale=None, softcap=None, window_size=None, sinks=None):
     """attnum's varlen protocol -> ``unified_attention``: ``cu_seqlens_q`` as given, each sequence's packed keys
     cut into pages of 16 (``seqused_k`` = its key count), its queries the last of its keys (bottom-right)."""
     _check_unified(q, v)
+    feats = _features(q, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     spans = lay.varlen_spans(cu_seqlens_q, cu_seqlens_k)
     kc, vc, lens = lay.padded_cache(k, v, spans)
     kp, vp, table = lay.pages_of(kc, vc, lens, PAGE)
@@ -137,7 +156,7 @@ def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, ma
     _unified(q.contiguous(), kp, vp, out, cu_q=cu_seqlens_q.to(device=dev, dtype=torch.int32),
              used_k=torch.tensor(lens, dtype=torch.int32, device=dev),
              max_q=max([1] + [q1 - q0 for q0, q1, _, _ in spans]), scale=sc, causal=bool(is_causal), table=table,
-             num_splits=1)
+             num_splits=1, **feats)
     return out
 
 
@@ -152,8 +171,9 @@ def triton_merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
 
 
 def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
-                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None, mla=False):
-    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1); ``mla``: its MLA path (below)."""
+                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None, mla=False, softcap=None):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1); ``mla``: its MLA path (below); ``softcap``:
+    its ``logit_cap`` (``cap * tanh(s / cap)`` on the scaled score, tanh as ``2 sigmoid(2x) - 1``)."""
     B, H, N, d = q.shape
     if N != 1:
         raise NotImplementedError("vllm decode_attention_fwd: one query per sequence")
@@ -170,17 +190,19 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
             num_splits, sc)
     # is_mla as vLLM's Triton MLA backend passes it: decode_attention_fwd itself picks the grouped kernel
     # for H / G > 1 (every real MLA call: one latent head) and the MHA kernel for H == G
-    _mod("triton_decode_attention").decode_attention_fwd(*args, page_size=k_cache.shape[1], is_mla=mla)
+    _mod("triton_decode_attention").decode_attention_fwd(
+        *args, page_size=k_cache.shape[1], logit_cap=lay.softcap_value(softcap, "vllm decode_attention_fwd"),
+        is_mla=mla)
     o4 = out if out is not None else o.unsqueeze(2)
     return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
 
 
 UNIFIED = ServingTarget("vllm-unified", sdpa=unified_sdpa, decode=unified_decode, varlen=unified_varlen, lse_base="e",
-                        causal_alignment="bottom_right",
-                        accepts_out=True, split_rule="power-of-two")
+                        causal_alignment="bottom_right", accepts_out=True, split_rule="power-of-two",
+                        features=("softcap", "window", "sinks"))
 MERGE = ServingTarget("vllm-triton-merge", merge_state=triton_merge_state, lse_base="e", accepts_out=True)
 TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,
-                              accepts_out=True, split_rule="fixed-splits")
+                              accepts_out=True, split_rule="fixed-splits", features=("softcap",))
 
 
 def mla_decode(q, k_cache, v_cache, **kw):
@@ -200,7 +222,7 @@ def mla_decode(q, k_cache, v_cache, **kw):
 
 
 MLA_DECODE = ServingTarget("vllm-mla-decode", decode=mla_decode, lse_base="e", single_query_only=True,
-                           accepts_out=True, split_rule="fixed-splits", features=("mla",))
+                           accepts_out=True, split_rule="fixed-splits", features=("mla", "softcap"))
 
 
 # -- prefix_prefill.py ----------------------------------------------------------------------------------
@@ -224,9 +246,13 @@ def _chunk(pool, table, lens, N):
     return torch.stack(rows).contiguous()
 
 
-def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok):
-    """The kernel on B sequences of N queries; ``lens`` = L per sequence (L >= N)."""
+def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok, window_size=None, sinks=None):
+    """The kernel on B sequences of N queries; ``lens`` = L per sequence (L >= N). ``window_size``: its
+    ``sliding_window`` W (keys ``p - W < j``; without ``causal`` the right side is unbounded), ``sinks`` (H,)."""
     dev, d = q_tok.device, q_tok.shape[-1]
+    W = lay.window_extent(window_size, bool(causal), "vllm prefix_prefill", non_causal="left")
+    if sinks is not None:
+        sinks = sinks.to(device=dev, dtype=torch.float32).contiguous()
     if any(L < N for L in lens) or N == 0:
         raise NotImplementedError("vllm prefix_prefill: the N >= 1 queries are the last N of each sequence's L keys")
     tab = table.tolist()
@@ -237,8 +263,8 @@ def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok
     _mod("prefix_prefill").context_attention_fwd(
         q_tok, k_tok, v_tok, out_tok, "auto", k_cache, v_cache, table.to(torch.int32).contiguous(),
         torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
-        torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
-        sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale), causal=bool(causal))
+        torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one, sliding_window=W or None,
+        sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale), sinks=sinks, causal=bool(causal))
     return out_tok
 
 
@@ -247,7 +273,8 @@ def _check_prefix(q, k, v):
         raise NotImplementedError("vllm prefix_prefill: head dims of Q, K, V equal only")
 
 
-def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                window_size=None, sinks=None):
     """Prefill: B sequences of N queries, the last N of S positions; the first S - N are cached context."""
     lay.refuse_sdpa_extras("vllm prefix_prefill", query, key, attn_mask, enable_gqa)
     B, H, N, _ = query.shape
@@ -255,12 +282,13 @@ def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     S = key.shape[2]
     kp, vp, table = lay.pages_of(key, value, [S] * B, PAGE)
     out = torch.empty(B * N, H, query.shape[-1], dtype=query.dtype, device=query.device)
-    _prefix_run(lay.tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out)
+    _prefix_run(lay.tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out,
+                window_size=window_size, sinks=sinks)
     return lay.untokens(out, B, N).contiguous()
 
 
 def prefix_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None):
+           scale=None, return_lse=False, out=None, lse_out=None, window_size=None, sinks=None):
     """attnum's decode protocol -> ``context_attention_fwd`` (N queries = the last N of each sequence)."""
     if return_lse:
         raise NotImplementedError("vllm prefix_prefill returns no LSE")
@@ -270,13 +298,14 @@ def prefix_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
     if block_table is None:
         k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
     buf = lay.token_out(out, q)
-    _prefix_run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
+    _prefix_run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf,
+                window_size=window_size, sinks=sinks)
     return lay.written(out, buf, B, N)
 
 
 PREFIX_PREFILL = ServingTarget("vllm-prefix-prefill", sdpa=prefix_sdpa, decode=prefix_decode, lse_base="e",
                                causal_alignment="bottom_right", empty_rows="zeros", accepts_out=True,
-                               split_rule="fixed-size")
+                               split_rule="fixed-size", features=("window", "sinks"))
 """``empty_rows="zeros"``: what ``acc / (l + 1e-10)`` gives a row with no key (acc = l = 0); no case the
 adapter accepts has one (L >= N gives every query its own key)."""
 
