@@ -142,11 +142,15 @@ def test_a_tile_that_loads_past_the_last_key_fails_on_the_nan_behind_the_tensors
     small = {label for label, *_ in varlen_ragged.CASES}
     assert want and {(c.label.split(":")[0], int(c.label.rpartition(" seq ")[2].split()[0])) for c in bad
                      if c.label.split(":")[0] in small} == want
-    # the batches at the kernel's limits end with a sequence whose last tile passes the packed end; the NaN in
-    # sequence 1's V reaches sequence 0 through its tile (the K of a tile past the end is never loaded here)
+    # the batches at the kernel's limits end with a sequence whose last tile passes the packed end, and so does
+    # the poisoned batch's last sequence (130 keys); the NaN in sequence 1's V also reaches sequence 0 through
+    # its tile, the NaN in its K does not (a tile's K past its sequence is never loaded here)
     big = {c.label.split(":")[0] for c in bad if c.label.split(":")[0] not in small}
-    assert big == {label for label, *_ in varlen_ragged.SCALED} | {"NaN in V of sequence 1",
-                                                                   "NaN in V of sequence 1 causal"}, big
+    assert big == {label for label, *_ in varlen_ragged.SCALED} | {
+        f"NaN in {w} of sequence 1{c}" for w in ("K", "V") for c in ("", " causal")}, big
+    seqs = {(c.label.split(":")[0][7], int(c.label.rpartition(" seq ")[2].split()[0])) for c in bad
+            if c.label.startswith("NaN in")}
+    assert seqs == {("K", 4), ("V", 0), ("V", 4)}, seqs
 
 
 def test_a_kernel_that_stops_at_128_keys_or_6_sequences_fails():

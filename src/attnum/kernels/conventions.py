@@ -32,7 +32,10 @@ implements one says so, and then takes one more keyword argument on its SDPA ent
   ``t * block_size`` to ``(t + 1) * block_size - 1``; an index < 0 selects nothing), within its causal
   range (NSA's selected-attention branch, arXiv 2502.11089).
 
-Undeclared means the target has no such feature: its probe reports "unsupported", never pass.
+Undeclared means the target has no such feature: its probe reports "unsupported", never pass. A
+declaration on the target (a function's attribute, a plain class's attribute, a ``ServingTarget``'s
+``features=``) covers its SDPA entry point and its ``decode`` entry point, which then takes the same keyword;
+one on an entry point (``decode.attnum_softcap = True``) covers that entry alone (:func:`entry_feature`).
 """
 
 from __future__ import annotations

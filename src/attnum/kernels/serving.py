@@ -51,7 +51,10 @@ protocol"):
   into. The auditor then poisons them (a NaN with a payload no arithmetic makes) and an element still
   holding the poison after the call is ``unwritten``;
 - ``emulation``: a policy naming the kernel's designed arithmetic (``"sage1"`` for SageAttention's INT8
-  Triton kernel): its SDPA cases are judged against attnum's emulation of it (attnum.audit.emulated).
+  Triton kernel): its SDPA cases are judged against attnum's emulation of it (attnum.audit.emulated);
+- the score features ``attnum_softcap``, ``attnum_window``, ``attnum_sinks``, ``attnum_block_select``, ``attnum_mla``
+  (attnum.kernels.conventions; ``ServingTarget(features=...)``): the SDPA and ``decode`` entry points then take
+  ``softcap=`` / ``window_size=`` / ``sinks=`` (or, declared on one entry point only, that one).
 
 Adapters translate their package's layout to this one inside these methods; the probes never see it.
 :func:`reference` builds attnum's own serving target (the registry's ``decode:POLICY`` family), which

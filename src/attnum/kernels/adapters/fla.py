@@ -21,7 +21,8 @@ unbounded left (-1 is the plain causal call), ``enable_gqa=False`` with H != G.
 into k, v (1, T, H, K) by ``cu_seqlens`` (varlen). The adapter packs each sequence's first
 ``cache_seqlens[b]`` keys of the cache (or its pages, through the block table) in order; the kernel walks
 tiles of BS keys (at most 64 on an sm90) in one pass with an online softmax, no split (``num_splits`` is
-ignored), and returns no LSE (``return_lse`` is unsupported); its autotuner keeps its first config (a shim:
+ignored), and returns no LSE (``return_lse`` is unsupported); declared: window (its ``window_size`` W, the last W
+keys) and sinks (``sink_bias``); its autotuner keeps its first config (a shim:
 :func:`_one_config`). It multiplies q by the scale and rounds the
 product to the input dtype before the scores (``b_q = (b_q * scale).to(b_q.dtype)``).
 

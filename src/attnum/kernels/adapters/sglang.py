@@ -3,10 +3,13 @@
 - ``decode_attention_fwd``: one query per sequence over a token pool (``kv_indptr``/``kv_indices``,
   page size 1; a paged cache becomes token indices through the block table), split-KV in two stages
   with ``num_kv_splits`` splits, natural-log merge; it returns no LSE (``return_lse`` is unsupported).
+  Declared: softcap (its ``logit_cap``) and sinks.
 - ``merge_state_triton``: the two-state merge of ``(o, lse)`` pairs, natural log, +inf read as -inf.
 - ``extend_attention_fwd`` (as SDPA): the N new tokens of each sequence attend to its S - N cached
   prefix tokens (a token pool) and, causally, to one another: bottom-right alignment; S >= N only. Its
   tiles are the non-CUDA branch's (64 x 64 here; sm90 would take 128 x 64): only the order of sums differs.
+  Declared: softcap (``logit_cap``), window (``sliding_window_size`` = W - 1; 0 turns it off, so W = 1 is
+  refused; without ``is_causal`` the right side is unbounded) and sinks.
 - ``context_attention_fwd`` (as SDPA): plain prefill, no cache: B sequences of N tokens packed as tokens
   (``b_start_loc``, ``b_seq_len``); N = S only (each query's keys are its own sequence), causal or not;
   no scale argument (it takes 1 / sqrt(d)): another scale is unsupported. Tiles 64 x 64 (non-CUDA branch;

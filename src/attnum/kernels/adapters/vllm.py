@@ -8,11 +8,14 @@ fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's inte
   paged cache (pages (n, P, G, d), ``block_table``, ``seqused_k``, ``cu_seqlens_q``); the queries are the last
   positions of each sequence (bottom-right causal). ``num_splits`` > 1 takes its 3D path
   (``num_par_softmax_segments`` segments, then ``reduce_segments``). As SDPA: q (B, H, N, d) become B sequences
-  of N queries over S keys, the contiguous K/V cut into pages of 16. It returns no LSE.
+  of N queries over S keys, the contiguous K/V cut into pages of 16. It returns no LSE. Declared and passed
+  through every entry point: ``softcap``, ``window_size`` (the kernel reads ``1 + window_size[0]``: causal
+  ``p - W < j <= p``, non-causal ``|p - j| < W``) and ``sinks``.
 - ``vllm-triton-merge`` -- ``triton_merge_attn_states.merge_attn_states``: two-state merge, LSE head-major
   (H, T), natural log.
 - ``vllm-triton-decode`` -- ``triton_decode_attention.decode_attention_fwd``: one query per sequence over a
-  paged cache (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output;
+  paged cache (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output
+  (declared: softcap, its ``logit_cap``; 0.33 has no window -- 0.34 adds ``sliding_window``);
   ``vllm-mla-decode``: the same entry with ``is_mla=True`` (the grouped kernel for H / G > 1; MLA: a latent
   cache whose first dv dims are the values, declared ``attnum_mla``; the mla-latent-decode probe).
 - ``vllm-prefix-prefill`` -- ``prefix_prefill.context_attention_fwd``: chunked prefill over a cached prefix:
@@ -22,7 +25,8 @@ fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's inte
   tokens beside the queries (``b_start_loc``: cumulative query lengths, ``b_seq_len``: L). The queries are the
   last N positions (bottom-right causal; ``is_causal=False`` makes the chunk bidirectional, the context stays
   visible). Its context loop runs in 32-token tiles (``TRITON_BLOCK_SIZE``), the chunk in 128 x 64; it divides
-  by ``l + 1e-10`` (a row with no key would come out 0, a finite sentinel) and returns no LSE. Its ``tl.dot``
+  by ``l + 1e-10`` (a row with no key would come out 0, a finite sentinel) and returns no LSE. It takes a
+  ``sliding_window`` and ``sinks`` (declared: window, sinks; a non-causal window is bounded on the left only). Its ``tl.dot``
   takes Triton's default ``input_precision`` (TF32 on sm80+ for fp32; IEEE only on Turing). Entry points:
   SDPA (S - N context tokens, paged here in blocks of 16, then the last N dense; S >= N) and decode (the
   protocol's cache, contiguous or a page pool (n, P, G, d), relaid into vLLM's layout whole -- every page, NaN
