@@ -48,7 +48,10 @@ def test_the_reference_serving_target_passes_every_serving_probe(policy):
 @pytest.mark.parametrize("example,probes", [("sentinel_merge", {"merge-empty-split"}),
                                             ("nan_merge", {"merge-two-empty"}),
                                             ("padding_leak_decode", {"page-padding-leak", "empty-sequence"}),
-                                            ("fp8_kv_fixed_scale", {"kv-scale-overflow"})])
+                                            ("fp8_kv_fixed_scale", {"kv-scale-overflow"})],
+                         ids=["sentinel_merge-merge-empty-split", "nan_merge-merge-two-empty",
+                              "padding_leak_decode-page-padding-leak+empty-sequence",
+                              "fp8_kv_fixed_scale-kv-scale-overflow"])
 def test_each_planted_bug_fails_exactly_its_probe(example, probes):
     rows, report = audit(f"{EXAMPLES}/{example}.py:target", dtypes="bf16", strict=True)
     failed = {name for (name, _), r in rows.items() if not r.passed}

@@ -22,6 +22,7 @@ from attnum.kernels import serving
 from attnum.kernels.serving_layout import varlen_spans
 
 REF = serving.reference("fa2")
+pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one torch thread is ~10x faster when loaded
 
 
 def _attend(q, k, v, *, is_causal, scale=None, alignment="bottom_right"):
