@@ -1,6 +1,6 @@
 """A score feature declared as docs/audit.md says is honoured on every kind of target: a plain function, a
 plain class (``attnum_softcap = True`` beside its ``sdpa``), both under ``triton-interpret:``, and a serving
-entry point (``decode.attnum_softcap``). Before attnum 0.3 a plain class's declaration was dropped (the
+entry point (``decode.attnum_softcap``). Before issue 40's change a plain class's declaration was dropped (the
 softcap probe said "does not declare") and the interpreter's wrapper dropped the keyword (TypeError)."""
 
 from __future__ import annotations

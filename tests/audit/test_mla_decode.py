@@ -60,7 +60,7 @@ def test_vllm_mla_decode_reads_latent_and_rope_and_gives_nan_for_an_empty_sequen
     assert len(live) == len(empty) == 8
     assert all(c.verdict.status == "pass" for c in live), [c.verdict.note for c in live]
     assert all(c.verdict.status == "fail" and "NaN" in c.verdict.note for c in empty)  # stage 2: 0 / 0
-    # the generic decode probes hand an attnum_mla target its latent (v = k): they reach it (before attnum 0.3
+    # the generic decode probes hand an attnum_mla target its latent (v = k): they reach it (before issue 40's change
     # every one was unsupported, "v = k[..., :dv]"), and empty-sequence fails the length-0 rows (vllm#57017)
     assert lse.status == "pass", lse.note
     assert empty_seq.status == "fail" and all("NaN" in c.verdict.note for c in empty_seq.cases

@@ -1,7 +1,7 @@
 """Recall that belongs to the probes: kernels attnum has never seen, written as a user writes them (files under
 tests/audit/recall/, no attnum import, declared through the plain ``path.py:NAME`` protocol), each broken the way
 an upstream bug of the corpus was, each caught by the probe that names its symptom; each fixed twin passes that
-probe. Before attnum 0.3 the softcap kernel (a plain class) was never asked (its declaration was dropped), the
+probe. Before issue 40's change the softcap kernel (a plain class) was never asked (its declaration was dropped), the
 window kernel's V outside the window and the paged kernel's non-causal page tail were never poisoned: both
 passed."""
 
