@@ -1287,6 +1287,37 @@ def _(tmp):
     return a[0] and f[0], f"audit: {a[1]}; fingerprint: {f[1]}"
 
 
+VARLEN_LIMITS = """
+import math, torch
+
+class Varlen:  # issue 42: the packed keys past 128 dropped, the sequences past the 6th zeroed
+    @staticmethod
+    def varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
+               scale=None):
+        out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        for b in range(min(6, len(cq) - 1)):
+            q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], min(ck[b + 1], 128)
+            if q1 == q0 or k1 <= k0:
+                continue
+            r = q.shape[1] // k.shape[1]
+            kk, vv = (x[k0:k1].double().repeat_interleave(r, 1) for x in (k, v))
+            s = torch.einsum("nhd,shd->hns", q[q0:q1].double(), kk) / math.sqrt(q.shape[-1])
+            if is_causal:
+                n, m = q1 - q0, k1 - k0
+                s = s.masked_fill(torch.arange(m)[None, :] > torch.arange(n)[:, None] + (m - n), -math.inf)
+            out[q0:q1] = torch.einsum("hns,shd->nhd", torch.softmax(s, -1).nan_to_num(0.0), vv).to(q.dtype)
+        return out
+"""
+
+
+@attack("round6", "a varlen kernel that drops packed keys past 128 and sequences past the 6th fails varlen-ragged")
+def _(tmp):
+    (tmp / "vl.py").write_text(VARLEN_LIMITS)
+    p = cli("audit", f"{tmp / 'vl.py'}:Varlen", "--probes", "varlen-ragged", "--dtype", "fp32", cwd=tmp)
+    return p.returncode == 1 and "fail" in p.stdout, f"exit {p.returncode}: {p.stdout.strip().splitlines()[-1:]}"
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []

@@ -20,9 +20,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def attention_fp32(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, softcap=None,
-                   window_size=None, sinks=None, tanh=torch.tanh, sink_max=True, window_slack=0):
-    """Plain fp32 attention with the three features, output rounded once to q's dtype (the passing kernel);
-    the keyword tails plant the bugs."""
+                   window_size=None, sinks=None, tanh=torch.tanh, sink_max=True, window_slack=0, v_outside=False):
+    """Plain fp32 attention with the three features, output rounded once to q's dtype (the passing kernel:
+    it never reads a V row no query may see); the keyword tails plant the bugs (``v_outside``: P = 0 times
+    every V row, vLLM before PR #30887)."""
     H, N, S = q.shape[1], q.shape[2], k.shape[2]
     qf, kf, vf = q.float(), k.float().repeat_interleave(H // k.shape[1], 1), v.float().repeat_interleave(
         H // v.shape[1], 1)
@@ -36,6 +37,8 @@ def attention_fp32(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enab
     elif is_causal:
         keep = torch.ones(N, S, dtype=torch.bool).tril()
     s = s.masked_fill(~keep, -math.inf)
+    if window_size is not None and not v_outside:
+        vf = torch.where(keep.any(0)[:, None], vf, 0.0)  # the V rows outside every window are never loaded
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
     if sinks is None:
@@ -145,8 +148,20 @@ def test_window_correct_passes_and_an_off_by_one_window_fails():
         assert r.status == "fail", r.note
         assert r.target_error > 10 * r.bound
         # each left-poisoned case reads the highest-scoring key: the output moves by O(|V|) = O(4)
-        left = [c for c in r.cases if "right side" not in c.label]
+        left = [c for c in r.cases if "right side" not in c.label and "NaN" not in c.label
+                and c.verdict.status != "unsupported"]
         assert all(c.verdict.status == "fail" and c.verdict.target_error > 1.0 for c in left), r.note
+
+
+def test_a_window_kernel_that_multiplies_v_outside_the_window_by_zero_fails_on_nan_there():
+    """vLLM's unified attention before PR #30887: scores outside the window masked, their V still loaded:
+    0 * NaN. Only the NaN-in-V cases fail; the same kernel passes every finite case."""
+    bad = audit(declare(lambda q, k, v, **kw: attention_fp32(q, k, v, v_outside=True, **kw), window=True),
+                "window-poisoned-keys", dtypes="fp32")["fp32"]
+    assert bad.status == "fail"
+    failed = {c.label for c in bad.cases if c.verdict.status == "fail"}
+    assert failed and all("NaN in V" in label for label in failed), failed
+    assert all(c.verdict.status == "pass" for c in bad.cases if "NaN in K" in c.label)
 
 
 def test_sinks_correct_passes_and_a_sink_without_the_row_max_fails():

@@ -51,12 +51,17 @@ def test_a_target_that_does_not_declare_mla_is_not_asked():
 @pytest.mark.timeout(600)
 def test_vllm_mla_decode_reads_latent_and_rope_and_gives_nan_for_an_empty_sequence():
     fetched_or_skip("vllm")
-    report = run_audit(AuditConfig(target="vllm-mla-decode", dtypes="bf16", probes="mla-latent-decode,lse-base"))
+    report = run_audit(AuditConfig(target="vllm-mla-decode", dtypes="bf16",
+                                   probes="mla-latent-decode,lse-base,empty-sequence"))
     assert report.available, report.reason
-    mla, lse = report.results
+    mla, lse, empty_seq = report.results
     live = [c for c in mla.cases if "L=(1, 37, 200)" in c.label]
     empty = [c for c in mla.cases if "L=(0, 16)" in c.label]
     assert len(live) == len(empty) == 8
     assert all(c.verdict.status == "pass" for c in live), [c.verdict.note for c in live]
     assert all(c.verdict.status == "fail" and "NaN" in c.verdict.note for c in empty)  # stage 2: 0 / 0
-    assert lse.status == "unsupported" and "v = k[..., :dv]" in lse.note  # it reads V from the latent
+    # the generic decode probes hand an attnum_mla target its latent (v = k): they reach it (before issue 40's change
+    # every one was unsupported, "v = k[..., :dv]"), and empty-sequence fails the length-0 rows (vllm#57017)
+    assert lse.status == "pass", lse.note
+    assert empty_seq.status == "fail" and all("NaN" in c.verdict.note for c in empty_seq.cases
+                                              if c.verdict.status == "fail"), empty_seq.note

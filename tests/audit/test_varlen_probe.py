@@ -22,6 +22,7 @@ from attnum.kernels import serving
 from attnum.kernels.serving_layout import varlen_spans
 
 REF = serving.reference("fa2")
+pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny ops: one torch thread is ~10x faster when loaded
 
 
 def _attend(q, k, v, *, is_causal, scale=None, alignment="bottom_right"):
@@ -53,9 +54,14 @@ def _planted(name: str, bug: str | None = None, **declared):
         spans = varlen_spans(cu_seqlens_q, cu_seqlens_k)
         if bug == "keys-by-q":  # the keys' offsets read from cu_seqlens_q
             spans = varlen_spans(cu_seqlens_q, cu_seqlens_q)
-        for q0, q1, k0, k1 in spans:
+        for b, (q0, q1, k0, k1) in enumerate(spans):
             if bug == "skip-empty" and k1 == k0:
                 continue  # rows of a sequence with no key are never written
+            if bug == "limits":  # issue 42's kernel: the packed keys past 128 dropped, the sequences past the 6th zeroed
+                if b >= 6 or k0 >= 128:
+                    out[q0:q1] = 0.0
+                    continue
+                k1 = min(k1, 128)
             if bug == "tile-overrun":  # the last 16-key tile's V is loaded without a bound (scores masked)
                 pad = -(-(k1 - k0) // 16) * 16
                 kk = k.as_strided((k0 + pad, *k.shape[1:]), k.stride(), k.storage_offset())[k0:]
@@ -85,6 +91,9 @@ def test_a_correct_varlen_kernel_passes_every_sequence(dtype):
     r = _row(_planted("ok"), dtype)
     assert r.status == "pass", r.note
     judged = sum(1 for _, ql, _, _ in varlen_ragged.CASES for n in ql if n)
+    judged += len(varlen_ragged.SCALED)  # one case per call: its worst sequence
+    lens, poisoned = varlen_ragged.POISONED  # K then V, causal and not; the poisoned sequence is not judged
+    judged += 4 * sum(1 for b, n in enumerate(lens) if n and b != poisoned)
     assert len(r.cases) == judged and all(c.verdict.status == "pass" for c in r.cases)
 
 
@@ -131,7 +140,37 @@ def test_a_tile_that_loads_past_the_last_key_fails_on_the_nan_behind_the_tensors
             if n and k0 + -(-L // 16) * 16 > sum(kl):
                 want.add((label, b))
             k0 += L
-    assert want and {(c.label.split(":")[0], int(c.label.rpartition(" seq ")[2].split()[0])) for c in bad} == want
+    small = {label for label, *_ in varlen_ragged.CASES}
+    assert want and {(c.label.split(":")[0], int(c.label.rpartition(" seq ")[2].split()[0])) for c in bad
+                     if c.label.split(":")[0] in small} == want
+    # the batches at the kernel's limits end with a sequence whose last tile passes the packed end, and so does
+    # the poisoned batch's last sequence (130 keys); the NaN in sequence 1's V also reaches sequence 0 through
+    # its tile, the NaN in its K does not (a tile's K past its sequence is never loaded here)
+    big = {c.label.split(":")[0] for c in bad if c.label.split(":")[0] not in small}
+    assert big == {label for label, *_ in varlen_ragged.SCALED} | {
+        f"NaN in {w} of sequence 1{c}" for w in ("K", "V") for c in ("", " causal")}, big
+    seqs = {(c.label.split(":")[0][7], int(c.label.rpartition(" seq ")[2].split()[0])) for c in bad
+            if c.label.startswith("NaN in")}
+    assert seqs == {("K", 4), ("V", 0), ("V", 4)}, seqs
+
+
+def test_a_kernel_that_stops_at_128_keys_or_6_sequences_fails():
+    """Issue 42: a varlen kernel that drops the packed keys past 128 and zeroes the sequences past the 6th
+    passed while the probe packed at most 122 tokens in at most 6 sequences; the batches at the kernel's
+    limits (70 sequences, 408 and 449 packed tokens) catch it."""
+    r = _row(_planted("limits", "limits"))
+    assert r.status == "fail", r.note
+    assert {label for label, *_ in varlen_ragged.SCALED} <= _bad(r), _bad(r)
+
+
+def test_one_sequence_nan_must_not_reach_another():
+    """A kernel whose tile runs past its sequence into the next one's keys (P = 0 there) turns the next
+    sequence's NaN V into NaN rows: only the NaN-in-V cases fail, and not in the poisoned sequence's rows."""
+    r = _row(_planted("overrun", "tile-overrun"))
+    poisoned = [c for c in r.cases if c.label.startswith("NaN in")]
+    assert poisoned and all((c.verdict.status == "fail") == c.label.startswith("NaN in V") for c in poisoned
+                            if " seq 0 " in c.label), [(c.label, c.verdict.status) for c in poisoned]
+    assert not any(" seq 1 " in c.label for c in poisoned)  # the poisoned sequence's own rows are not judged
 
 
 def test_one_cu_seqlens_kernels_are_unsupported_where_lengths_differ_and_judged_elsewhere():
@@ -210,7 +249,8 @@ def test_real_varlen_kernels_under_the_gpu_model(target):
             assert [c.label.rpartition(" seq ")[2] for c in bad] == ["1 (N=4, S=2)"], [c.label for c in bad]
             assert "NaN" in bad[0].verdict.note
         else:
-            refused = unequal | ({"ragged"} if target == "fla-parallel-attn" else set())  # fla: causal only
+            not_causal = {"ragged", "long and short", "NaN in K of sequence 1", "NaN in V of sequence 1"}
+            refused = unequal | (not_causal if target == "fla-parallel-attn" else set())  # fla: causal only
             assert {c.label.split(":")[0] for c in cases if c.verdict.status == "unsupported"} == refused
             assert all(c.verdict.status in ("pass", "unsupported") for c in cases), rows[dt].note
             assert sum(c.verdict.status == "pass" for c in cases) >= 7  # the sequences with queries it takes

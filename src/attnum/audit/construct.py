@@ -71,3 +71,25 @@ def behind_nan(x: torch.Tensor) -> torch.Tensor:
     flat = torch.full((x.numel() + TAIL,), math.nan, dtype=x.dtype)
     flat[:x.numel()] = x.reshape(-1)
     return flat[:x.numel()].view(x.shape)
+
+
+def poisons(one_memory: bool = False) -> tuple[str, ...]:
+    """What a poisoning case fills with NaN, one at a time: ``"K"``, then ``"V"``. A kernel that masks the
+    load of one and not of the other (or masks the scores of a NaN key but multiplies a NaN value by P = 0)
+    is caught where it lets the NaN through, and the case names which. ``one_memory``: K and V are one
+    tensor (an MLA latent cache): ``"K and V"``."""
+    return ("K and V",) if one_memory else ("K", "V")
+
+
+def fills(which: str) -> tuple[float, float]:
+    """(K's fill, V's fill) for the poison ``which`` (:func:`poisons`): NaN where named, 0 elsewhere."""
+    return (math.nan if "K" in which else 0.0, math.nan if "V" in which else 0.0)
+
+
+def plant(k: torch.Tensor, v: torch.Tensor, dead: torch.Tensor, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of k, v (..., S, d) with NaN in the keys ``dead`` (bool (S,)) of the operand(s) ``which`` names."""
+    k, v = k.clone(), v.clone()
+    for x, fill in zip((k, v), fills(which), strict=True):
+        if math.isnan(fill):
+            x[..., dead, :] = fill
+    return k, v

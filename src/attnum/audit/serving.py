@@ -29,6 +29,7 @@ from attnum.attention.serving.merge import State, merge_states
 from attnum.audit.harness import Case, ProbeContext, WrongOutput, check_tensor, raised
 from attnum.audit.reference import baseline_policy
 from attnum.audit.verdict import SEVERITY, Verdict, judge
+from attnum.kernels.conventions import feature
 from attnum.kernels.serving import conventions, empty_rows_of, entry, splits
 from attnum.numerics.formats import get_format
 
@@ -185,20 +186,17 @@ def empty_decode_rows(lens, N: int, is_causal: bool) -> torch.Tensor:
     return rows
 
 
-def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_table=None, pages=None,
+def decode_call(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_table=None, pages=None,
                 num_splits: int = 1, max_seqlen=None, is_causal: bool = True, check_lse: bool = False,
-                out: list | None = None, baseline_kv=None) -> Case:
-    """Verdict for ``target.decode``: q (B, H, N, d) and the contiguous cache k, v (B, G, S, d) in
-    ctx.dtype (the golden's inputs); with ``block_table`` the target gets ``pages`` = (k_pages, v_pages)
-    instead. ``out``: a list the target's output is appended to (for invariance checks). The target's
-    declarations (attnum.kernels.serving) apply: ``single_query_only`` (N > 1 is unsupported),
-    ``split_rule``, the decode entry's ``empty_rows``, ``accepts_out`` (poisoned buffers, ``unwritten``).
-    ``baseline_kv``: the (k, v) the baseline attends to instead of k, v (a quantised cache)."""
+                **features):
+    """``target.decode`` on q (B, H, N, d) and the contiguous cache k, v (B, G, S, d) in ctx.dtype, or, with
+    ``block_table``, on ``pages`` = (k_pages, v_pages); ``features``: score-feature keywords (``softcap=``,
+    ``window_size=``, ``sinks=``) for an entry that declares them. Returns (o, lse or None, lens) checked
+    for type, shape and the ``out=`` buffers of a target that ``accepts_out`` -- or the Case that ends
+    here (``single_query_only`` with N > 1, an exception, a wrong or unwritten output)."""
     fn = entry(ctx.target, "decode")
-    base, empty_lse = conventions(ctx.target)
     dev = ctx.device
-    N = q.shape[2]
-    if N > 1 and getattr(ctx.target, "single_query_only", False):
+    if q.shape[2] > 1 and getattr(ctx.target, "single_query_only", False):
         return ctx._case(label, unsupported(label, "the target declares single_query_only (decode N = 1)").verdict)
     lens = [int(x) for x in torch.as_tensor(cache_seqlens).tolist()]
     kc, vc = (k, v) if block_table is None else pages
@@ -213,7 +211,7 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
             cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=dev),
             block_table=None if block_table is None else block_table.to(dev),
             num_splits=splits(ctx.target, num_splits), max_seqlen=max_seqlen, is_causal=is_causal,
-            return_lse=check_lse, **kw)
+            return_lse=check_lse, **kw, **features)
         o, lse = _pair(res, "decode") if check_lse else (res, None)
         check_tensor(o, "decode output", (*q.shape[:-1], v.shape[-1]), q.dtype, dev)
         if check_lse:
@@ -223,6 +221,24 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
     left = buffer_check(kw, (o, "out", "decode output"), (lse, "lse_out", "decode lse"))
     if left is not None:
         return ctx.finish(label, left)
+    return o, lse, lens
+
+
+def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_table=None, pages=None,
+                num_splits: int = 1, max_seqlen=None, is_causal: bool = True, check_lse: bool = False,
+                out: list | None = None, baseline_kv=None) -> Case:
+    """Verdict for ``target.decode`` (:func:`decode_call`): golden and baseline read k, v (B, G, S, d), the
+    first L keys of each sequence. ``out``: a list the target's output is appended to (for invariance
+    checks). The target's declarations (attnum.kernels.serving) apply: ``single_query_only`` (N > 1 is
+    unsupported), ``split_rule``, the decode entry's ``empty_rows``, ``accepts_out`` (poisoned buffers,
+    ``unwritten``). ``baseline_kv``: the (k, v) the baseline attends to instead of k, v (a quantised cache)."""
+    got = decode_call(ctx, label, q, k, v, cache_seqlens=cache_seqlens, block_table=block_table, pages=pages,
+                      num_splits=num_splits, max_seqlen=max_seqlen, is_causal=is_causal, check_lse=check_lse)
+    if isinstance(got, Case):
+        return got
+    o, lse, lens = got
+    base, empty_lse = conventions(ctx.target)
+    N = q.shape[2]
     if out is not None:
         out.append(o.detach().to("cpu", torch.float64))
     g_o, g_lse = decode_reference(q, k, v, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
@@ -253,15 +269,26 @@ def state(o: torch.Tensor, lse) -> State:
     return State(o, lse_t)
 
 
+def latent(ctx: ProbeContext) -> bool:
+    """Whether the target's decode takes an MLA latent cache (``attnum_mla``): its values are its keys' first
+    dv dims, one memory, so a decode probe hands it v = k (dv = d) and poisons K and V together."""
+    return feature(ctx.target, "mla")
+
+
 def decode_inputs(ctx: ProbeContext, *, B: int, H: int, G: int, N: int, S: int, d: int, lens, salt: int,
-                  pad: float = 0.0):
-    """q (B, H, N, d), k, v (B, G, S, d) in ctx.dtype, seeded; slots past each length hold ``pad``
-    (NaN in the padding probes: any read of it shows)."""
+                  pad: float = 0.0, pad_v: float | None = None):
+    """q (B, H, N, d), k, v (B, G, S, d) in ctx.dtype, seeded; slots past each length hold ``pad`` in K and
+    ``pad_v`` (default ``pad``) in V (NaN in the padding probes: any read of it shows). For an MLA target
+    (:func:`latent`) v is k itself (its latent), padded with NaN where either pad is."""
+    pad_v = pad if pad_v is None else pad_v
+    one = latent(ctx)
+    if one:  # one memory: poisoned where either would be
+        pad = pad_v = pad if math.isnan(pad) else pad_v
     q = ctx.randn(B, H, N, d, salt=salt)
     k = ctx.randn(B, G, S, d, salt=salt + 1)
     v = ctx.randn(B, G, S, d, salt=salt + 2)
     for b, L in enumerate(lens):
         k[b, :, L:] = pad
-        v[b, :, L:] = pad
+        v[b, :, L:] = pad_v
     q, k, v = ctx.cast(q, k, v)
-    return q, k, v, torch.tensor(list(lens))
+    return q, k, k.clone() if one else v, torch.tensor(list(lens))

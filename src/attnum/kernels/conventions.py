@@ -32,7 +32,10 @@ implements one says so, and then takes one more keyword argument on its SDPA ent
   ``t * block_size`` to ``(t + 1) * block_size - 1``; an index < 0 selects nothing), within its causal
   range (NSA's selected-attention branch, arXiv 2502.11089).
 
-Undeclared means the target has no such feature: its probe reports "unsupported", never pass.
+Undeclared means the target has no such feature: its probe reports "unsupported", never pass. A
+declaration on the target (a function's attribute, a plain class's attribute, a ``ServingTarget``'s
+``features=``) covers its SDPA entry point and its ``decode`` entry point, which then takes the same keyword;
+one on an entry point (``decode.attnum_softcap = True``) covers that entry alone (:func:`entry_feature`).
 """
 
 from __future__ import annotations
@@ -107,18 +110,26 @@ FEATURES = {"softcap": "attnum_softcap", "window": "attnum_window", "sinks": "at
             "block_select": "attnum_block_select"}
 
 
-def feature(fn: object, name: str) -> bool:
+def feature(fn: object, name: str, param: str | None = None) -> bool:
     """Whether ``fn`` declares the feature ``name`` with ``attnum_<name> = True``: the score features of its SDPA
-    entry point (softcap, window, sinks, block_select), or ``mla`` (its decode entry point takes a latent cache: one KV head
-    whose first dv dims are the values, the mla-latent-decode probe)."""
+    and decode entry points (softcap, window, sinks, block_select), or ``mla`` (its decode entry point takes a latent
+    cache: one KV head whose first dv dims are the values, the mla-latent-decode probe). ``param``: the name the
+    one-line error gives ``fn`` (default: its ``__name__``)."""
     if name not in FEATURES:
         raise bad_value("feature", name, f"one of {', '.join(FEATURES)}")
     value = getattr(fn, FEATURES[name], None)
     if value is None or value is False:
         return False
     if value is not True:
-        raise bad_value(f"{getattr(fn, '__name__', 'target')}.{FEATURES[name]}", value, "True or False")
+        raise bad_value(f"{param or getattr(fn, '__name__', 'target')}.{FEATURES[name]}", value, "True or False")
     return True
+
+
+def entry_feature(target: object, entry: object, name: str) -> bool:
+    """Whether a serving entry point (``target.decode``) takes the score feature ``name``: declared on the entry
+    itself (``decode.attnum_softcap = True``) or on the whole target (every entry point that scores keys takes
+    it: :class:`attnum.kernels.serving.ServingTarget` ``features=``, a plain class's ``attnum_softcap = True``)."""
+    return feature(entry, name) or feature(target, name)
 
 
 def label(alignment: str) -> str:

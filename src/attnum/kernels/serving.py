@@ -51,7 +51,10 @@ protocol"):
   into. The auditor then poisons them (a NaN with a payload no arithmetic makes) and an element still
   holding the poison after the call is ``unwritten``;
 - ``emulation``: a policy naming the kernel's designed arithmetic (``"sage1"`` for SageAttention's INT8
-  Triton kernel): its SDPA cases are judged against attnum's emulation of it (attnum.audit.emulated).
+  Triton kernel): its SDPA cases are judged against attnum's emulation of it (attnum.audit.emulated);
+- the score features ``attnum_softcap``, ``attnum_window``, ``attnum_sinks``, ``attnum_block_select``, ``attnum_mla``
+  (attnum.kernels.conventions; ``ServingTarget(features=...)``): the SDPA and ``decode`` entry points then take
+  ``softcap=`` / ``window_size=`` / ``sinks=`` (or, declared on one entry point only, that one).
 
 Adapters translate their package's layout to this one inside these methods; the probes never see it.
 :func:`reference` builds attnum's own serving target (the registry's ``decode:POLICY`` family), which
@@ -109,7 +112,9 @@ def declared_target(obj, name: str) -> ServingTarget:
     if not any(callable(f) for f in entries.values()):
         raise bad_value("target", name, "an object with at least one of sdpa, decode, merge_state, merge_states, varlen")
     kw = {a: getattr(obj, a) for a in DECLARED if getattr(obj, a, None) is not None}
-    return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw)
+    # the score features as the docs declare them on any target (``attnum_softcap = True``), validated here
+    features = tuple(f for f in _conv.FEATURES if _conv.feature(obj, f, param=name))
+    return ServingTarget(name, **{e: f for e, f in entries.items() if callable(f)}, **kw, features=features)
 
 
 def empty_rows_of(target, entry: str) -> str:
@@ -142,6 +147,7 @@ class ServingTarget:
 
         self.__name__ = self.name = name
         self._sdpa = sdpa
+        self.has_sdpa = sdpa is not None  # a merge- or decode-only target: its SDPA cases are one "unsupported"
         if merge_state is not None:
             self.merge_state = merge_state
         if decode is not None:

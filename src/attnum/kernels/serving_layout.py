@@ -109,3 +109,44 @@ def padded_cache(k, v, spans) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         kc[b, :, :k1 - k0] = k[k0:k1].transpose(0, 1)
         vc[b, :, :k1 - k0] = v[k0:k1].transpose(0, 1)
     return kc, vc, lens
+
+
+NON_CAUSAL_WINDOWS = ("symmetric", "left", "none")
+
+
+def window_extent(window_size, is_causal: bool, kernel: str, *, non_causal: str) -> int:
+    """flash-attn's ``window_size=(left, right)`` (attnum.kernels.conventions) -> W, the one int a serving
+    kernel takes: key j is visible from position p when ``p - W < j`` (W = left + 1), 0 = no window.
+    ``non_causal`` is how the kernel bounds a window without ``is_causal``: ``"symmetric"`` (vLLM's unified
+    attention: ``|p - j| < W``, so right must equal left), ``"left"`` (the right side unbounded: vLLM's
+    prefix_prefill, SGLang's extend; right must be -1) or ``"none"`` (causal windows only). Under
+    ``is_causal`` the right side is 0 whatever it says. Anything the kernel cannot express raises
+    NotImplementedError naming it (the audit reads it as ``unsupported``)."""
+    if non_causal not in NON_CAUSAL_WINDOWS:
+        raise ValueError(f"{non_causal=} must be one of {NON_CAUSAL_WINDOWS}")
+    if window_size is None:
+        return 0
+    left, right = (int(x) for x in window_size)
+    if left < -1 or right < -1:
+        raise NotImplementedError(f"{kernel}: window_size={tuple(window_size)} (sides are >= -1)")
+    if is_causal:
+        return 0 if left == -1 else left + 1
+    if left == -1 and right == -1:
+        return 0
+    ok = {"symmetric": left == right, "left": left >= 0 and right == -1, "none": False}[non_causal]
+    if not ok:
+        what = {"symmetric": "a symmetric window (left == right)", "left": "a window bounded on the left only "
+                "(right = -1)", "none": "a window with is_causal=True only"}[non_causal]
+        raise NotImplementedError(f"{kernel}: without is_causal it takes {what}, not window_size="
+                                  f"{tuple(window_size)}")
+    return left + 1
+
+
+def softcap_value(softcap, kernel: str) -> float:
+    """The cap a kernel takes as a float (0 = off) from the protocol's ``softcap=`` (None or 0 = off)."""
+    if softcap is None:
+        return 0.0
+    cap = float(softcap)
+    if not cap >= 0.0:
+        raise NotImplementedError(f"{kernel}: softcap={softcap!r} (a cap > 0, or 0 / None for none)")
+    return cap

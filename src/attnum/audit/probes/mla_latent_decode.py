@@ -41,7 +41,7 @@ def run(ctx: ProbeContext) -> list[Case]:
     no_decode = missing(ctx, "decode")
     if no_decode:
         return [no_decode]
-    not_mla = undeclared(ctx, "mla", "one latent KV head, v = k[..., :dv]")
+    not_mla = undeclared(ctx, "mla", "one latent KV head, v = k[..., :dv]", sdpa=False)
     if not_mla is not None:
         return [not_mla]
     cases = []

@@ -21,7 +21,8 @@ unbounded left (-1 is the plain causal call), ``enable_gqa=False`` with H != G.
 into k, v (1, T, H, K) by ``cu_seqlens`` (varlen). The adapter packs each sequence's first
 ``cache_seqlens[b]`` keys of the cache (or its pages, through the block table) in order; the kernel walks
 tiles of BS keys (at most 64 on an sm90) in one pass with an online softmax, no split (``num_splits`` is
-ignored), and returns no LSE (``return_lse`` is unsupported); its autotuner keeps its first config (a shim:
+ignored), and returns no LSE (``return_lse`` is unsupported); declared: window (its ``window_size`` W, the last W
+keys) and sinks (``sink_bias``); its autotuner keeps its first config (a shim:
 :func:`_one_config`). It multiplies q by the scale and rounds the
 product to the input dtype before the scores (``b_q = (b_q * scale).to(b_q.dtype)``).
 
@@ -130,8 +131,10 @@ PARALLEL = ServingTarget("fla-parallel-attn", sdpa=parallel_sdpa, varlen=paralle
 
 
 def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=None, max_seqlen=None,
-           is_causal=True, scale=None, return_lse=False):
-    """attnum's decode protocol -> ``attn_decoding_one_step`` (N = 1; the query sees its whole cache)."""
+           is_causal=True, scale=None, return_lse=False, window_size=None, sinks=None):
+    """attnum's decode protocol -> ``attn_decoding_one_step`` (N = 1; the query sees its whole cache, or the last
+    W = left + 1 keys of it with ``window_size=(left, right)``: its ``window_size=W``; the query is its sequence's
+    last position, so the right side reaches nothing); ``sinks``: its ``sink_bias`` (natural log)."""
     B, H, N, d = q.shape
     if N != 1:
         raise NotImplementedError("fla attn_decoding_one_step: one query per sequence")
@@ -143,9 +146,11 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=N
     cu = indptr.to(device=q.device, dtype=torch.long)
     mod = wheels.load(PACKAGE, _DECODING)
     _one_config(mod.naive_attn_decoding_kernel)
+    W = lay.window_extent(window_size, True, "fla attn_decoding_one_step", non_causal="none")
+    bias = None if sinks is None else sinks.to(device=q.device, dtype=torch.float32).contiguous()
     o = mod.attn_decoding_one_step(
         q[:, :, 0].unsqueeze(0).contiguous(), k[idx].unsqueeze(0).contiguous(), v[idx].unsqueeze(0).contiguous(),
-        scale=scale, cu_seqlens=cu)
+        scale=scale, cu_seqlens=cu, window_size=W or None, sink_bias=bias)
     return o[0].unsqueeze(2)  # (1, B, H, dv) -> (B, H, 1, dv)
 
 
@@ -166,7 +171,8 @@ def _one_config(kernel, *, harmless: frozenset = frozenset(), keep: int = 0) -> 
     tuner.configs = [tuner.configs[keep]]
 
 
-DECODE = ServingTarget("fla-decode", decode=decode, single_query_only=True, split_rule="fixed-size")
+DECODE = ServingTarget("fla-decode", decode=decode, single_query_only=True, split_rule="fixed-size",
+                       features=("window", "sinks"))
 
 
 # -- fla/ops/nsa/parallel.py (native sparse attention, selected-block branch) ---------------------------

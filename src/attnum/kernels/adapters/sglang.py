@@ -3,10 +3,13 @@
 - ``decode_attention_fwd``: one query per sequence over a token pool (``kv_indptr``/``kv_indices``,
   page size 1; a paged cache becomes token indices through the block table), split-KV in two stages
   with ``num_kv_splits`` splits, natural-log merge; it returns no LSE (``return_lse`` is unsupported).
+  Declared: softcap (its ``logit_cap``) and sinks.
 - ``merge_state_triton``: the two-state merge of ``(o, lse)`` pairs, natural log, +inf read as -inf.
 - ``extend_attention_fwd`` (as SDPA): the N new tokens of each sequence attend to its S - N cached
   prefix tokens (a token pool) and, causally, to one another: bottom-right alignment; S >= N only. Its
   tiles are the non-CUDA branch's (64 x 64 here; sm90 would take 128 x 64): only the order of sums differs.
+  Declared: softcap (``logit_cap``), window (``sliding_window_size`` = W - 1; 0 turns it off, so W = 1 is
+  refused; without ``is_causal`` the right side is unbounded) and sinks.
 - ``context_attention_fwd`` (as SDPA): plain prefill, no cache: B sequences of N tokens packed as tokens
   (``b_start_loc``, ``b_seq_len``); N = S only (each query's keys are its own sequence), causal or not;
   no scale argument (it takes 1 / sqrt(d)): another scale is unsupported. Tiles 64 x 64 (non-CUDA branch;
@@ -60,9 +63,20 @@ def _checker(call: sig.Call):
     return lambda version: sig.problem(PACKAGE, version, call)
 
 
+def _sinks(sinks, q, kernel: str):
+    """(H,) float32 on q's device, one logit per query head (its ``sinks``), or None."""
+    if sinks is None:
+        return None
+    sk = sinks.to(device=q.device, dtype=torch.float32).contiguous()
+    if sk.shape != (q.shape[1],):
+        raise NotImplementedError(f"{kernel}: sinks of shape {tuple(sk.shape)}, not ({q.shape[1]},)")
+    return sk
+
+
 def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None):
-    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1; bottom-right causal is implicit)."""
+           scale=None, return_lse=False, out=None, lse_out=None, softcap=None, sinks=None):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1; bottom-right causal is implicit); ``softcap``
+    is its ``logit_cap`` (``cap * tanh(s / cap)``, tanh as ``2 sigmoid(2x) - 1``), ``sinks`` its stage-2 sinks."""
     B, H, N, d = q.shape
     if N != 1:
         raise NotImplementedError("sglang decode_attention_fwd: one query per sequence")
@@ -77,8 +91,10 @@ def decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1
     splits = torch.full((B,), num_splits, dtype=torch.int32, device=q.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     fn = _mod("decode_attention").decode_attention_fwd
+    who = "sglang decode_attention_fwd"
     fn(q[:, :, 0].contiguous(), k, v, o, indptr, indices, logits, lse, splits, num_splits, sm_scale,
-       **sig.keywords(fn, DECODE_CALL))
+       **sig.keywords(fn, DECODE_CALL),
+       **sig.feature_keywords(fn, who, logit_cap=(lay.softcap_value(softcap, who), 0.0), sinks=(_sinks(sinks, q, who), None)))
     return out if out is not None else o.unsqueeze(2)
 
 
@@ -89,9 +105,18 @@ def merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
     return o, lse
 
 
-def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """SDPA -> ``extend_attention_fwd``: prefix = the first S - N keys, extend = the last N."""
+def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+           softcap=None, window_size=None, sinks=None):
+    """SDPA -> ``extend_attention_fwd``: prefix = the first S - N keys, extend = the last N. ``softcap``: its
+    ``logit_cap``; ``window_size``: its ``sliding_window_size`` = W - 1 (key j visible from position p when
+    ``p <= j + W - 1``; without ``is_causal`` the right side is unbounded); ``sinks``: its ``sinks``."""
     lay.refuse_sdpa_extras("sglang extend_attention_fwd", query, key, attn_mask, enable_gqa)
+    who = "sglang extend_attention_fwd"
+    W = lay.window_extent(window_size, bool(is_causal), who, non_causal="left")
+    if W == 1:  # its sliding_window_size = W - 1 = 0 means "no window"
+        raise NotImplementedError(f"{who}: a window of one key (sliding_window_size 0 turns the window off)")
+    feats = dict(logit_cap=lay.softcap_value(softcap, who), sliding_window_size=W - 1 if W else -1,
+                 sinks=_sinks(sinks, query, who))
     B, H, N, d = query.shape
     S = key.shape[2]
     if not 1 <= N <= S:
@@ -105,7 +130,9 @@ def extend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     fn = _mod("extend_attention").extend_attention_fwd
     fn(q_ext, k_ext, v_ext, o, k_buf, v_buf, qo, indptr, indices, None, bool(is_causal), None, N, sm_scale=sm_scale,
-       **sig.keywords(fn, EXTEND_CALL))
+       **sig.keywords(fn, EXTEND_CALL),
+       **sig.feature_keywords(fn, who, **{k: (v, {"logit_cap": 0.0, "sliding_window_size": -1, "sinks": None}[k])
+                                          for k, v in feats.items()}))
     return lay.untokens(o, B, N)
 
 
@@ -162,9 +189,10 @@ def context_packed(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, ma
 
 
 DECODE = ServingTarget("sglang-decode", decode=decode, lse_base="e", single_query_only=True, accepts_out=True,
-                       split_rule="fixed-splits")
+                       split_rule="fixed-splits", features=("softcap", "sinks"))
 MERGE = ServingTarget("sglang-merge", merge_state=merge_state, lse_base="e", accepts_out=True)
-EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right")
+EXTEND = ServingTarget("sglang-extend", sdpa=extend, causal_alignment="bottom_right",
+                       features=("softcap", "window", "sinks"))
 CONTEXT = ServingTarget("sglang-context", sdpa=context, varlen=context_packed, causal_alignment="bottom_right")
 
 

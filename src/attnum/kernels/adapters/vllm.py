@@ -10,10 +10,13 @@ fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's inte
   (``num_par_softmax_segments`` segments, then ``reduce_segments``). As SDPA: q (B, H, N, d) become B sequences
   of N queries over S keys, the contiguous K/V cut into pages of 16. It returns no LSE. Its block table is
   widened as vLLM's own is (:func:`vllm_block_table`): the kernel reads it a tile past a sequence's pages.
+  Declared and passed through every entry point: ``softcap``, ``window_size`` (the kernel reads
+  ``1 + window_size[0]``: causal ``p - W < j <= p``, non-causal ``|p - j| < W``) and ``sinks``.
 - ``vllm-triton-merge`` -- ``triton_merge_attn_states.merge_attn_states``: two-state merge, LSE head-major
   (H, T), natural log.
 - ``vllm-triton-decode`` -- ``triton_decode_attention.decode_attention_fwd``: one query per sequence over a
-  paged cache (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output;
+  paged cache (``req_to_token`` = the block table, ``page_size``), ``num_kv_splits`` splits, and an LSE output
+  (declared: softcap, its ``logit_cap``; 0.33 has no window -- 0.34 adds ``sliding_window``);
   ``vllm-mla-decode``: the same entry with ``is_mla=True`` (the grouped kernel for H / G > 1; MLA: a latent
   cache whose first dv dims are the values, declared ``attnum_mla``; the mla-latent-decode probe).
 - ``vllm-prefix-prefill`` -- ``prefix_prefill.context_attention_fwd``: chunked prefill over a cached prefix:
@@ -23,7 +26,8 @@ fetch vllm``; :mod:`attnum.kernels.wheels.source`); on CPU through Triton's inte
   tokens beside the queries (``b_start_loc``: cumulative query lengths, ``b_seq_len``: L). The queries are the
   last N positions (bottom-right causal; ``is_causal=False`` makes the chunk bidirectional, the context stays
   visible). Its context loop runs in 32-token tiles (``TRITON_BLOCK_SIZE``), the chunk in 128 x 64; it divides
-  by ``l + 1e-10`` (a row with no key would come out 0, a finite sentinel) and returns no LSE. Its ``tl.dot``
+  by ``l + 1e-10`` (a row with no key would come out 0, a finite sentinel) and returns no LSE. It takes a
+  ``sliding_window`` and ``sinks`` (declared: window, sinks; a non-causal window is bounded on the left only). Its ``tl.dot``
   takes Triton's default ``input_precision`` (TF32 on sm80+ for fp32; IEEE only on Turing). Entry points:
   SDPA (S - N context tokens, paged here in blocks of 16, then the last N dense; S >= N) and decode (the
   protocol's cache, contiguous or a page pool (n, P, G, d), relaid into vLLM's layout whole -- every page, NaN
@@ -128,7 +132,22 @@ def vllm_block_table(table: torch.Tensor, page: int) -> torch.Tensor:
     return torch.nn.functional.pad(table.to(torch.int32), (0, width - table.shape[1])).contiguous()
 
 
-def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits):
+def _features(q, causal: bool, softcap, window_size, sinks, kernel: str) -> dict:
+    """The protocol's score features (attnum.kernels.conventions) as ``unified_attention`` takes them:
+    ``softcap`` a float (0 = off), ``window_size`` vLLM's ``(W - 1, 0)`` (its kernel reads only the left side:
+    ``SLIDING_WINDOW = 1 + window_size[0]``; causal: keys ``p - W < j <= p``, not causal: ``|p - j| < W``),
+    ``sinks`` (H,) float32 on the device."""
+    w = lay.window_extent(window_size, causal, kernel, non_causal="symmetric")
+    sk = None
+    if sinks is not None:
+        sk = sinks.to(device=q.device, dtype=torch.float32).contiguous()
+        if sk.shape != (q.shape[1],):
+            raise NotImplementedError(f"{kernel}: sinks of shape {tuple(sk.shape)}, not ({q.shape[1]},)")
+    return {"softcap": lay.softcap_value(softcap, kernel), "window": (w - 1, 0) if w else (-1, -1), "sinks": sk}
+
+
+def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits,
+             softcap=0.0, window=(-1, -1), sinks=None):
     T, H, d = q_tok.shape
     table = vllm_block_table(table, k_pages.shape[1])
     kw = {}
@@ -139,9 +158,10 @@ def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, ca
                   softmax_segm_output=torch.empty(T, H, num_splits, hp, **f32),
                   softmax_segm_max=torch.empty(T, H, num_splits, **f32),
                   softmax_segm_expsum=torch.empty(T, H, num_splits, **f32))
-    _call(_mod("triton_unified_attention").unified_attention,
-        q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, (-1, -1),
-        table, 0.0, None, None, None, **kw)
+    fn = _mod("triton_unified_attention").unified_attention
+    _call(fn, q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, window,
+          table, softcap, None, None, None, **sig.feature_keywords(fn, "vllm unified_attention", sinks=(sinks, None)),
+          **kw)
     return out_tok
 
 
@@ -150,9 +170,11 @@ def _check_unified(q, v):
         raise NotImplementedError("vllm unified_attention: head dim of V == head dim of Q only")
 
 
-def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                 softcap=None, window_size=None, sinks=None):
     """Prefill: B sequences of N queries, the last N of S positions."""
     lay.refuse_sdpa_extras("vllm unified_attention", query, key, attn_mask, enable_gqa)
+    feats = _features(query, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     B, H, N, d = query.shape
     S = key.shape[2]
     if 0 in (N, S):
@@ -165,15 +187,16 @@ def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
     out = torch.empty(B * N, H, d, dtype=query.dtype, device=dev)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(query), kp, vp, out, cu_q=cu_q, used_k=used, max_q=N, scale=sc, causal=bool(is_causal),
-             table=table, num_splits=1)
+             table=table, num_splits=1, **feats)
     return lay.untokens(out, B, N)
 
 
 def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None):
+           scale=None, return_lse=False, out=None, lse_out=None, softcap=None, window_size=None, sinks=None):
     """attnum's decode protocol -> ``unified_attention`` (N queries per sequence, pages as they come)."""
     if return_lse:
         raise NotImplementedError("vllm unified_attention returns no LSE")
+    feats = _features(q, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     _check_unified(q, v_cache)
     B, H, N, d = q.shape
     lens = lay.lengths(cache_seqlens)
@@ -185,15 +208,16 @@ def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_
     buf = lay.token_out(out, q)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
-             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits)
+             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits, **feats)
     return lay.written(out, buf, B, N)
 
 
 def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
-           scale=None):
+           scale=None, softcap=None, window_size=None, sinks=None):
     """attnum's varlen protocol -> ``unified_attention``: ``cu_seqlens_q`` as given, each sequence's packed keys
     cut into pages of 16 (``seqused_k`` = its key count), its queries the last of its keys (bottom-right)."""
     _check_unified(q, v)
+    feats = _features(q, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     spans = lay.varlen_spans(cu_seqlens_q, cu_seqlens_k)
     kc, vc, lens = lay.padded_cache(k, v, spans)
     kp, vp, table = lay.pages_of(kc, vc, lens, PAGE)
@@ -203,7 +227,7 @@ def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, ma
     _unified(q.contiguous(), kp, vp, out, cu_q=cu_seqlens_q.to(device=dev, dtype=torch.int32),
              used_k=torch.tensor(lens, dtype=torch.int32, device=dev),
              max_q=max([1] + [q1 - q0 for q0, q1, _, _ in spans]), scale=sc, causal=bool(is_causal), table=table,
-             num_splits=1)
+             num_splits=1, **feats)
     return out
 
 
@@ -222,8 +246,9 @@ def triton_merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
 
 
 def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None,
-                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None, mla=False):
-    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1); ``mla``: its MLA path (below)."""
+                  is_causal=True, scale=None, return_lse=False, out=None, lse_out=None, mla=False, softcap=None):
+    """attnum's decode protocol -> ``decode_attention_fwd`` (N = 1); ``mla``: its MLA path (below); ``softcap``:
+    its ``logit_cap`` (``cap * tanh(s / cap)`` on the scaled score, tanh as ``2 sigmoid(2x) - 1``)."""
     B, H, N, d = q.shape
     if N != 1:
         raise NotImplementedError("vllm decode_attention_fwd: one query per sequence")
@@ -243,17 +268,19 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
     fn = _mod("triton_decode_attention").decode_attention_fwd
     if mla and not sig.takes(fn, "is_mla"):
         raise NotImplementedError("this vLLM's decode_attention_fwd has no is_mla (its MLA path came in 0.21.0)")
-    _call(fn, *args, page_size=k_cache.shape[1], **({"is_mla": mla} if sig.takes(fn, "is_mla") else {}))
+    who = "vllm decode_attention_fwd"
+    _call(fn, *args, page_size=k_cache.shape[1], **({"is_mla": mla} if sig.takes(fn, "is_mla") else {}),
+          **sig.feature_keywords(fn, who, logit_cap=(lay.softcap_value(softcap, who), 0.0)))
     o4 = out if out is not None else o.unsqueeze(2)
     return (o4, lse_out if lse_out is not None else lse.unsqueeze(2)) if return_lse else o4
 
 
 UNIFIED = ServingTarget("vllm-unified", sdpa=unified_sdpa, decode=unified_decode, varlen=unified_varlen, lse_base="e",
-                        causal_alignment="bottom_right",
-                        accepts_out=True, split_rule="power-of-two")
+                        causal_alignment="bottom_right", accepts_out=True, split_rule="power-of-two",
+                        features=("softcap", "window", "sinks"))
 MERGE = ServingTarget("vllm-triton-merge", merge_state=triton_merge_state, lse_base="e", accepts_out=True)
 TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,
-                              accepts_out=True, split_rule="fixed-splits")
+                              accepts_out=True, split_rule="fixed-splits", features=("softcap",))
 
 
 def mla_decode(q, k_cache, v_cache, **kw):
@@ -273,7 +300,7 @@ def mla_decode(q, k_cache, v_cache, **kw):
 
 
 MLA_DECODE = ServingTarget("vllm-mla-decode", decode=mla_decode, lse_base="e", single_query_only=True,
-                           accepts_out=True, split_rule="fixed-splits", features=("mla",))
+                           accepts_out=True, split_rule="fixed-splits", features=("mla", "softcap"))
 
 
 # -- prefix_prefill.py ----------------------------------------------------------------------------------
@@ -297,9 +324,13 @@ def _chunk(pool, table, lens, N):
     return torch.stack(rows).contiguous()
 
 
-def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok):
-    """The kernel on B sequences of N queries; ``lens`` = L per sequence (L >= N)."""
+def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok, window_size=None, sinks=None):
+    """The kernel on B sequences of N queries; ``lens`` = L per sequence (L >= N). ``window_size``: its
+    ``sliding_window`` W (keys ``p - W < j``; without ``causal`` the right side is unbounded), ``sinks`` (H,)."""
     dev, d = q_tok.device, q_tok.shape[-1]
+    W = lay.window_extent(window_size, bool(causal), "vllm prefix_prefill", non_causal="left")
+    if sinks is not None:
+        sinks = sinks.to(device=dev, dtype=torch.float32).contiguous()
     if any(L < N for L in lens) or N == 0:
         raise NotImplementedError("vllm prefix_prefill: the N >= 1 queries are the last N of each sequence's L keys")
     tab = table.tolist()
@@ -315,7 +346,8 @@ def _prefix_run(q_tok, k_pool, v_pool, table, lens, N, *, scale, causal, out_tok
           torch.arange(0, (B + 1) * N, N, dtype=torch.int32, device=dev),
           torch.tensor(lens, dtype=torch.int32, device=dev), max(lens), N, one, one,
           sm_scale=1.0 / math.sqrt(d) if scale is None else float(scale),
-          **sig.keywords(fn, PREFIX_CALL, causal=bool(causal)))
+          **sig.keywords(fn, PREFIX_CALL, causal=bool(causal)),
+          **sig.feature_keywords(fn, "vllm context_attention_fwd", sliding_window=(W or None, None), sinks=(sinks, None)))
     return out_tok
 
 
@@ -324,7 +356,8 @@ def _check_prefix(q, k, v):
         raise NotImplementedError("vllm prefix_prefill: head dims of Q, K, V equal only")
 
 
-def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                window_size=None, sinks=None):
     """Prefill: B sequences of N queries, the last N of S positions; the first S - N are cached context."""
     lay.refuse_sdpa_extras("vllm prefix_prefill", query, key, attn_mask, enable_gqa)
     B, H, N, _ = query.shape
@@ -332,12 +365,13 @@ def prefix_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     S = key.shape[2]
     kp, vp, table = lay.pages_of(key, value, [S] * B, PAGE)
     out = torch.empty(B * N, H, query.shape[-1], dtype=query.dtype, device=query.device)
-    _prefix_run(lay.tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out)
+    _prefix_run(lay.tokens(query), kp, vp, table, [S] * B, N, scale=scale, causal=is_causal, out_tok=out,
+                window_size=window_size, sinks=sinks)
     return lay.untokens(out, B, N).contiguous()
 
 
 def prefix_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None):
+           scale=None, return_lse=False, out=None, lse_out=None, window_size=None, sinks=None):
     """attnum's decode protocol -> ``context_attention_fwd`` (N queries = the last N of each sequence)."""
     if return_lse:
         raise NotImplementedError("vllm prefix_prefill returns no LSE")
@@ -347,13 +381,14 @@ def prefix_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
     if block_table is None:
         k_cache, v_cache, block_table = lay.pages_of(k_cache, v_cache, lens, PAGE)
     buf = lay.token_out(out, q)
-    _prefix_run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf)
+    _prefix_run(lay.tokens(q), k_cache, v_cache, block_table, lens, N, scale=scale, causal=is_causal, out_tok=buf,
+                window_size=window_size, sinks=sinks)
     return lay.written(out, buf, B, N)
 
 
 PREFIX_PREFILL = ServingTarget("vllm-prefix-prefill", sdpa=prefix_sdpa, decode=prefix_decode, lse_base="e",
                                causal_alignment="bottom_right", empty_rows="zeros", accepts_out=True,
-                               split_rule="fixed-size")
+                               split_rule="fixed-size", features=("window", "sinks"))
 """``empty_rows="zeros"``: what ``acc / (l + 1e-10)`` gives a row with no key (acc = l = 0); no case the
 adapter accepts has one (L >= N gives every query its own key)."""
 

@@ -181,11 +181,13 @@ def load(spec: str, full_spec: str | None = None, *, numerics: str = "faithful",
     run = under(fn, numerics, full_spec or spec, arch)
 
     @functools.wraps(fn)
-    def call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    def call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+             **features):
         if query.device.type != "cpu":
             raise NotImplementedError(f"{full_spec or spec}: Triton's interpreter runs on CPU tensors, "
                                       f"not {query.device}")
-        kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale}
+        # softcap= / window_size= / sinks= / block_indices=: asked only of a function that declares them
+        kw = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale, **features}
         if enable_gqa:
             kw["enable_gqa"] = True
         return run(query, key, value, **kw)

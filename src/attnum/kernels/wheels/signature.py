@@ -84,6 +84,21 @@ def keywords(fn, call: Call, **optional) -> dict:
     return out
 
 
+def feature_keywords(fn, kernel: str, **features: tuple[object, object]) -> dict:
+    """The score-feature keywords for the loaded ``fn`` (``name=(value, off)``): each passed where ``fn`` takes
+    it; where this version lacks one, left out when its value is ``off`` (the feature not asked for), else
+    NotImplementedError naming it (the audit's ``unsupported``): dropping an asked-for feature would compute
+    another attention than the one the caller judges."""
+    have = inspect.signature(fn).parameters
+    out = {}
+    for name, (value, off) in features.items():
+        if name in have:
+            out[name] = value
+        elif not (value is off or (value is None) == (off is None) and not hasattr(value, "shape") and value == off):
+            raise NotImplementedError(f"{kernel} of this version takes no {name}")
+    return out
+
+
 def takes(fn, name: str) -> bool:
     """Whether the loaded ``fn`` has a parameter ``name``."""
     return name in inspect.signature(fn).parameters
