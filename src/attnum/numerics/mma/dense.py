@@ -83,6 +83,13 @@ def _values(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64)
 
 
+def operand_kind(dtype: torch.dtype) -> str:
+    """The instruction kind (:data:`attnum.numerics.mma.arch.OPERAND_KINDS`) that reads operands of ``dtype``."""
+    if dtype not in _KIND_OF_DTYPE:
+        raise AttnumInputError(f"dtype={dtype} is not allowed; expected one of {list(_KIND_OF_DTYPE)}")
+    return _KIND_OF_DTYPE[dtype]
+
+
 def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
     allowed = "torch.float16, bfloat16, float32 (TF32), float8_e4m3fn, float8_e5m2 (or the fnuz FP8s, cdna3)"
     for name, x in (("a", a), ("b", b)):
