@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         from attnum.kernels.registry import arch_flag
 
-        arch = arch_flag(arch, target, device)
+        arch = arch_flag(arch, target, device, numerics=numerics)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
@@ -116,7 +116,10 @@ def register(app: typer.Typer) -> None:
                     print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)",
                           file=sys.stderr, flush=True)
 
-            report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
+            from attnum.console.streams import user_output_to_stderr
+
+            with user_output_to_stderr():  # stdout is the table's or the JSON's alone, --no-isolate too
+                report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
         if as_json:
             from attnum.store.jsonout import dumps
 
