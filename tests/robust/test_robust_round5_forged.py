@@ -90,3 +90,123 @@ def test_a_bare_decode_policy_is_checked_at_the_audited_dtypes_only():
     assert AuditConfig(target="decode:fa2,probs=fp16,mma=sm90", dtypes="fp32").target  # fp16 P in TF32
     with pytest.raises(AttnumInputError, match="at bf16 inputs"):
         AuditConfig(target="decode:fa2,mma=sm70", dtypes="fp16,bf16")
+
+
+# ---- the public API's bad arguments: one AttnumInputError each ----------------------------------------
+
+def _bf16(*shape):
+    import torch
+
+    return torch.randn(*shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda m: m.matmul(_bf16(2, 16, 32), _bf16(3, 32, 8), arch="sm90"), "a.shape=(2, 16, 32), b.shape=(3, 32, 8) is not"),
+    (lambda m: m.matmul_reference(_bf16(2, 16, 32), _bf16(3, 32, 8), arch="sm90"), "do not broadcast"),
+    (lambda m: m.matmul(_bf16(16, 32).to("meta"), _bf16(32, 8), arch="sm90"), "a=meta tensor"),
+    (lambda m: m.matmul(_bf16(16, 32).float().to_sparse(), _bf16(32, 8).float(), arch="sm90"), "a=sparse_coo"),
+    (lambda m: m.matmul(_bf16(16, 32), _bf16(32, 8).to_sparse_csr(), arch="sm90"), "b=sparse_csr"),
+    (lambda m: m.matmul(_bf16(16, 32), _bf16(32, 8), _bf16(16, 8).float().to("meta"), arch="sm90"), "c=meta"),
+    (lambda m: m.matmul(_bf16(16, 32), _bf16(32, 8), _bf16(16, 8).float().to_sparse(), arch="sm90"), "c=sparse"),
+])
+def test_mma_matmul_refuses_what_it_cannot_read_in_one_line(call, needle):
+    import warnings
+
+    from attnum import mma
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "sparse CSR is in beta"
+        with pytest.raises(AttnumInputError) as err:
+            call(mma)
+    assert needle in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def _scaled_args():
+    import torch
+
+    a = torch.randn(16, 64).to(torch.float8_e4m3fn)
+    b = torch.randn(64, 8).to(torch.float8_e4m3fn)
+    return a, b, torch.ones(16, 2), torch.ones(2, 8)
+
+
+@pytest.mark.parametrize("block", [32.0, 16.0, "32", "tensor"])
+@pytest.mark.parametrize("reference", [False, True])
+def test_matmul_block_scaled_refuses_a_block_that_is_not_an_integer(block, reference):
+    import torch
+
+    from attnum import mma
+
+    fn = mma.matmul_block_scaled_reference if reference else mma.matmul_block_scaled
+    block = torch.tensor(32) if block == "tensor" else block
+    with pytest.raises(AttnumInputError, match="^block=") as err:  # once: a TypeError or RuntimeError
+        fn(*_scaled_args(), arch="sm100", kind="mxf8f6f4", block=block)
+    assert len(str(err.value).splitlines()) == 1
+    assert fn(*_scaled_args(), arch="sm100", kind="mxf8f6f4", block=32).shape == (16, 8)  # the integer is fine
+
+
+@pytest.mark.parametrize("what", ["a=meta", "a_scale=sparse", "batch"])
+def test_matmul_block_scaled_refuses_unreadable_tensors_and_batches_in_one_line(what):
+    from attnum import mma
+
+    a, b, sa, sb = _scaled_args()
+    if what == "a=meta":
+        a = a.to("meta")
+    elif what == "a_scale=sparse":
+        sa = sa.to_sparse()
+    else:
+        a, b = a.expand(2, 16, 64), b.expand(3, 64, 8)
+    with pytest.raises(AttnumInputError, match=what.replace("batch", "batch dimensions do not broadcast")):
+        mma.matmul_block_scaled(a, b, sa, sb, arch="sm100", kind="mxf8f6f4")
+
+
+# ---- attnum report on a store written by hand ---------------------------------------------------------
+
+def _mma_store(folder, edit):
+    """A store with one grid row and its grid-mma twin (as `attnum reproduce` writes them), the twin's
+    config passed through ``edit``: written through the API, no sweep run."""
+    from attnum.store.db import Store
+    from attnum.studies.paper.point import Point
+
+    exact = Point(policy="fa2", format="bf16", seq_len=32, heads=1, head_dim=16, block_k=16, seed=0).config()
+    twin = edit({**exact, "mma": "sm80"})
+    metrics = {"ratio": {"max_abs": 2.0, "mean_abs": 1.5}, "flash_vs_golden": {"max_abs": 0.01}}
+    with Store(folder, command="test") as s:
+        s.bind_spec(name="t", spec_hash="h", canonical={"name": "t"}, source="spec.toml")
+        s.plan([("exact", "compare", ("grid",), exact), ("twin", "compare", ("grid-mma",), twin)])
+        rid = s.begin_run(command="test", n_todo=2, executor="local", jobs=1)
+        for k in ("exact", "twin"):
+            s.write({"key": k, "status": "done", "metrics": metrics, "env": {"torch": "x"}}, rid)
+        s.end_run(rid, "complete")
+    return folder
+
+
+def _set(key, value):
+    def edit(c):
+        return {**c, key: value}
+    return edit
+
+
+@pytest.mark.parametrize("edit, why", [
+    (_set("mma", ["sm80"]), "mma=['sm80']"),  # once: TypeError (unhashable) in the Tensor cores section
+    (_set("seed", [0]), "seed=[0]"),
+    (_set("seq_len", [32]), "seq_len=[32]"),
+    (_set("policy", 5), "policy=5"),  # once: TypeError comparing an int with a str
+    (_set("bogus", 1), "unexpected keyword argument 'bogus'"),
+])
+def test_report_names_and_skips_a_row_it_cannot_read(tmp_path, capfd, edit, why):
+    out = _mma_store(tmp_path / "o", edit)
+    assert main(["report", str(out)]) == 0
+    err = capfd.readouterr().err
+    assert "row (key 'twin')" in err and why in err and "row skipped" in err and "Traceback" not in err, err
+    assert "internal error" not in err
+
+
+def test_report_reads_a_row_that_leaves_a_field_out_as_its_default(tmp_path, capfd):
+    def no_seed(c):
+        return {k: v for k, v in c.items() if k != "seed"}  # once: KeyError 'seed' in the Tensor cores section
+
+    out = _mma_store(tmp_path / "o", no_seed)
+    assert main(["report", str(out)]) == 0
+    err = capfd.readouterr().err
+    assert "row skipped" not in err and "internal error" not in err, err
+    assert "<h2>Tensor cores</h2>" in (out / "report.html").read_text()

@@ -65,7 +65,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnum.errors import AttnumEnvironmentError, bad_value
+from attnum.errors import AttnumEnvironmentError, AttnumInputError, bad_value
 
 VERDICTS = ("holds", "does not hold", "not tested", "holds by construction", "mixed")
 DEFAULT_KIND = "compare"  # what a spec entry or stored config without ``kind`` is (stores from before kinds)
@@ -221,6 +221,30 @@ def get_kind(name: str | None) -> StudyKind:
 def point_from_config(config: dict[str, Any]) -> Any:
     """The point a stored config describes, whatever its kind."""
     return get_kind(config.get("kind")).point(config)
+
+
+_UNREADABLE = (AttnumInputError, TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
+def readable_config(row: Row) -> dict[str, Any]:
+    """A stored row's config as its kind reads it: the point it describes must rebuild (every value of the
+    type its field takes: a store written by hand may hold ``"mma": ["sm80"]``), and the fields it leaves
+    out are filled with the point's (its defaults); the values it holds are kept as stored. A row of a kind
+    no installed family registers is returned as it is (no family reads it). A ValueError saying what is
+    wrong otherwise."""
+    config = row.get("config")
+    kind = row.get("kind")
+    if not isinstance(config, dict) or kind not in kinds():
+        return config
+    if config.get("kind", kind) != kind:
+        raise ValueError(f"config kind {config.get('kind')!r} is not the row's kind {kind!r}")
+    try:
+        point = kinds()[kind].point({**config, "kind": kind})
+        full = point.config()
+    except _UNREADABLE as why:
+        raise ValueError(f"config does not describe a {kind} point ({type(why).__name__}: "
+                         f"{str(why).splitlines()[0][:160] if str(why) else 'no message'})") from None
+    return {**full, **config}
 
 
 def axis_checks() -> dict[str, AxisCheck]:
