@@ -210,3 +210,168 @@ def test_report_reads_a_row_that_leaves_a_field_out_as_its_default(tmp_path, cap
     err = capfd.readouterr().err
     assert "row skipped" not in err and "internal error" not in err, err
     assert "<h2>Tensor cores</h2>" in (out / "report.html").read_text()
+
+
+# ---- attacks on this turn's surfaces (issue 42's closing list): the ones that failed -------------------
+
+def _python(code: str, *args: str, limit_bytes: int | None = None, timeout: float = 240):
+    """``python -c code`` with this checkout's attnum, its address space capped at ``limit_bytes``."""
+    import subprocess
+    import sys
+
+    from _sweep_helpers import cli_env
+
+    def cap():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          env=cli_env(), preexec_fn=cap if limit_bytes else None)
+
+
+def test_attnum_mma_is_an_attribute_of_the_package_as_its_other_public_names():
+    p = _python("import attnum; print(attnum.mma.matmul.__module__, 'mma' in dir(attnum))")
+    assert p.returncode == 0 and p.stdout.split() == ["attnum.numerics.mma.dense", "True"], p.stderr[-300:]
+
+
+def test_an_old_module_path_runs_as_a_script_with_python_dash_m():
+    import subprocess
+    import sys
+
+    from _sweep_helpers import cli_env
+
+    p = subprocess.run([sys.executable, "-m", "attnum.kernels.triton_selftest", "sm90"], capture_output=True,
+                       text=True, timeout=300, env=cli_env())  # once: AttributeError: '_Finder' ... 'get_code'
+    assert p.returncode == 0 and "Traceback" not in p.stderr and "tl.dot" in p.stdout, p.stderr[-400:]
+
+
+def test_a_stride_0_batch_of_a_small_tensor_is_refused_before_its_float64_copy():
+    code = ("import torch\nfrom attnum import mma\nfrom attnum.errors import AttnumInputError\n"
+            "a = torch.randn(1, 16, 32).bfloat16().expand(10**6, 16, 32)\n"
+            "try:\n    mma.matmul(a, torch.randn(32, 8).bfloat16(), arch='sm90')\n"
+            "except AttnumInputError as e:\n    print(str(e))\n")
+    p = _python(code, limit_bytes=3 << 30)  # once: ~11 GiB of float64 copies (a MemoryError under the cap)
+    assert p.returncode == 0 and "a.shape=(1000000, 16, 32)" in p.stdout and "GiB" in p.stdout, p.stderr[-300:]
+
+
+def _dist(tmp_path, name: str, entry_points: str, files: dict[str, str] | None = None):
+    """A distribution ``name`` 1.0 on a new sys.path entry, registering ``entry_points`` (the
+    [attnum.families] lines)."""
+    root = tmp_path / name
+    (root / f"{name}-1.0.dist-info").mkdir(parents=True)
+    (root / f"{name}-1.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (root / f"{name}-1.0.dist-info" / "entry_points.txt").write_text(f"[attnum.families]\n{entry_points}\n")
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+FORGED_PAPER = '''
+from attnum.sweep.registry import Family, StudyKind
+from attnum.studies.paper.point import Point
+def run(point, kernels):
+    return {"ratio": {"max_abs": 1.0}, "forged": 1}
+FAMILY = Family(name="%s", kinds=(StudyKind(name="compare", point_type=Point, run=run,
+                                            from_config=Point.from_config),))
+'''
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("paper", "study family 'paper' is registered twice"),  # once: the plugin silently replaced attnum's own
+    ("toy", "kind 'compare' is registered twice"),  # once: ValueError, an internal error
+    ("broken", "cannot be loaded: ModuleNotFoundError"),  # once: ModuleNotFoundError, an internal error
+    ("notfamily", "is function; expected a Family named 'toy'"),  # once: ValueError, an internal error
+])
+def test_an_entry_point_that_claims_a_family_or_kind_or_breaks_is_one_line(tmp_path, monkeypatch, case, needle):
+    from attnum.errors import AttnumEnvironmentError
+    from attnum.sweep import registry
+
+    if case in ("paper", "toy"):
+        root = _dist(tmp_path, "evil", f"{case} = evilpkg:FAMILY", {"evilpkg/__init__.py": FORGED_PAPER % case})
+    elif case == "broken":
+        root = _dist(tmp_path, "brk", "toy = no_such_module_xyz:FAMILY")
+    else:
+        root = _dist(tmp_path, "wrong", "toy = wrongpkg:FAMILY", {"wrongpkg/__init__.py": "FAMILY = lambda: None\n"})
+    monkeypatch.syspath_prepend(str(root))
+    registry.families.cache_clear()
+    registry.kinds.cache_clear()
+    try:
+        with pytest.raises(AttnumEnvironmentError, match=needle) as err:
+            registry.kinds()
+        assert len(str(err.value).splitlines()) == 1
+    finally:
+        registry.families.cache_clear()
+        registry.kinds.cache_clear()
+
+
+def test_audit_list_needs_no_target_and_speaks_json_when_asked(capfd):
+    assert main(["audit", "--list"]) == 0  # once: "Missing argument 'TARGET'", exit 2
+    out, _ = capfd.readouterr()
+    assert "odd-lengths" in out
+    assert main(["audit", "--list", "--json"]) == 0  # once: the table, with --json
+    out, _ = capfd.readouterr()
+    doc = json.loads(out)
+    assert {"odd-lengths", "scale-argument"} <= {p["probe"] for p in doc}
+    line = _one_line_error(capfd, ["audit"])
+    assert "TARGET" in line and "--list" in line
+
+
+LIARS = '''
+import torch
+from torch.utils._pytree import tree_map
+
+class Liar(torch.Tensor):  # every difference or absolute value it takes part in is zero
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if func in (torch.Tensor.sub, torch.sub, torch.Tensor.__sub__, torch.Tensor.__rsub__, torch.Tensor.abs,
+                    torch.abs) and isinstance(out, torch.Tensor):
+            return torch.zeros_like(out)
+        return out.as_subclass(Liar) if isinstance(out, torch.Tensor) and out.dim() > 0 else out
+
+class DispatchLiar(torch.Tensor):  # the same, one level down
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device,
+                                                strides=elem.stride())
+        r.elem = elem
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda x: x.elem if isinstance(x, DispatchLiar) else x
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        if func.__name__.startswith(("sub", "abs")):
+            out = torch.zeros_like(out)
+        return tree_map(lambda x: DispatchLiar(x) if isinstance(x, torch.Tensor) else x, out)
+
+def _sevens(q, v):
+    return torch.full((*q.shape[:-1], v.shape[-1]), 7.0, dtype=q.dtype)
+
+def liar(q, k, v, **kw):
+    return _sevens(q, v).as_subclass(Liar)
+
+def dispatch_liar(q, k, v, **kw):
+    return DispatchLiar(_sevens(q, v))
+
+def sparse(q, k, v, **kw):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw).to_sparse()
+'''
+
+
+@pytest.mark.parametrize("fn", ["liar", "dispatch_liar", "sparse"])
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_tensor_subclass_or_sparse_output_is_a_wrong_output_in_both_modes(tmp_path, fn, isolate):
+    """Once, under --no-isolate, a subclass whose arithmetic says |out - golden| = 0 PASSED with an output of 7s;
+    isolated, the dispatch subclass and the sparse output were "refused" (exit 3, nothing tested)."""
+    from attnum.audit.config import AuditConfig
+    from attnum.audit.runner import run_audit
+
+    (tmp_path / "liars.py").write_text(LIARS)
+    report = run_audit(AuditConfig(target=f"{tmp_path / 'liars.py'}:{fn}", dtypes="fp32", probes="odd-lengths",
+                                   isolate=isolate))
+    (row,) = report.results
+    assert report.available and not report.passed and row.status == "fail", (row.status, row.note)

@@ -184,28 +184,54 @@ def families() -> tuple[Family, ...]:
     from importlib.metadata import entry_points
 
     found: dict[str, Family] = {}
+    source: dict[str, tuple[str, str]] = {}  # name -> (entry point value, how to name it)
     for ep in entry_points(group=ENTRY_POINTS):
+        where = f"{ep.name} = {ep.value} (distribution {_dist(ep)})"
         if ep.name in found:
-            continue  # one distribution seen twice on the path
-        family = ep.load()
+            if ep.value == source[ep.name][0]:
+                continue  # one distribution seen twice on the path
+            # a second package claiming a family's name would run its own code under that name: refused,
+            # whichever comes first on the path (it would silently win)
+            raise AttnumEnvironmentError(f"study family {ep.name!r} is registered twice (entry-point group "
+                                         f"{ENTRY_POINTS!r}): {source[ep.name][1]} and {where}; uninstall one")
+        try:
+            family = ep.load()
+        except Exception as why:  # noqa: BLE001 - any failure of a package's import is that package's
+            raise AttnumEnvironmentError(f"study family entry point {where} cannot be loaded: {type(why).__name__}: "
+                                         f"{str(why).splitlines()[0][:160] if str(why) else ''}; fix or uninstall "
+                                         "that package") from None
         if not isinstance(family, Family) or family.name != ep.name:
-            raise ValueError(f"entry point {ep.name} = {ep.value!r} must be a Family named {ep.name!r}")
-        found[ep.name] = family
+            raise AttnumEnvironmentError(f"study family entry point {where} is {type(family).__name__}"
+                                         f"{' named ' + repr(family.name) if isinstance(family, Family) else ''}; "
+                                         f"expected a Family named {ep.name!r}: fix or uninstall that package")
+        found[ep.name], source[ep.name] = family, (ep.value, where)
     if not found:
         raise AttnumEnvironmentError(f"no study family is registered (entry-point group {ENTRY_POINTS!r} of the "
                                      "installed attnum): reinstall attnum (pip install -e .)")
     return tuple(sorted(found.values(), key=lambda f: (f.order, f.name)))
 
 
+def _dist(ep) -> str:
+    """The distribution an entry point comes from, as ``name version`` (``?`` when unknown)."""
+    dist = getattr(ep, "dist", None)
+    try:
+        return f"{dist.metadata['Name']} {dist.version}" if dist is not None else "?"
+    except Exception:  # noqa: BLE001 - metadata written by hand: the name is only for the message
+        return "?"
+
+
 @functools.cache
 def kinds() -> dict[str, StudyKind]:
     """{kind name: StudyKind} over every family; a name registered twice is a bug."""
     out: dict[str, StudyKind] = {}
+    owner: dict[str, str] = {}
     for family in families():
         for kind in family.kinds:
-            if kind.name in out:
-                raise ValueError(f"kind {kind.name!r} is registered twice (family {family.name!r})")
-            out[kind.name] = kind
+            if kind.name in out:  # two families would each run (and store) points of one kind
+                raise AttnumEnvironmentError(f"kind {kind.name!r} is registered twice: by study family "
+                                             f"{owner[kind.name]!r} and by {family.name!r}; uninstall the package "
+                                             "of one (entry-point group 'attnum.families')")
+            out[kind.name], owner[kind.name] = kind, family.name
     return out
 
 

@@ -106,6 +106,23 @@ def batch_shape(**shapes: tuple[int, ...]) -> torch.Size:
                                "dimensions that broadcast (as torch.matmul's)") from None
 
 
+MAX_WORK_BYTES = 4 << 30
+"""What one call may hold beside its inputs: the operands broadcast to the batch as float64 values with
+their int32 exponents, and the float64 accumulator and output (a stride-0 ``expand`` of a small tensor
+asks for all of it). Past it, one line; the batch in slices gives the same bits."""
+
+
+def check_work(batch, M: int, Kp: int, N: int, **operands: torch.Tensor) -> None:
+    """Refuse, before anything is allocated, a product whose working set exceeds :data:`MAX_WORK_BYTES`."""
+    nb = math.prod(batch)
+    need = nb * (M * Kp + Kp * N) * (8 + 4) + nb * M * N * (8 + 8 + 4)
+    if need > MAX_WORK_BYTES:
+        named = ", ".join(f"{n}.shape={tuple(x.shape)}" for n, x in operands.items())
+        raise AttnumInputError(f"{named} is not allowed: broadcast to the batch {tuple(batch)} the product would "
+                               f"hold {need / 2**30:.1f} GiB of float64 values (at most {MAX_WORK_BYTES / 2**30:g} "
+                               "GiB); expected a smaller batch (slices of it give the same bits)")
+
+
 def operand_kind(dtype: torch.dtype) -> str:
     """The instruction kind (:data:`attnum.numerics.mma.arch.OPERAND_KINDS`) that reads operands of ``dtype``."""
     if dtype not in _KIND_OF_DTYPE:
@@ -147,9 +164,7 @@ def _prepare(a, b, c, arch, out_format):
                                "(..., K, N) with the same K >= 1 as a's (..., M, K)")
     batch = batch_shape(a=a.shape, b=b.shape)
     dtype = _OUT[out_format][0]
-    if c is None:
-        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
-    else:
+    if c is not None:
         if not isinstance(c, torch.Tensor) or not c.is_floating_point():
             what = c.dtype if isinstance(c, torch.Tensor) else type(c).__name__
             raise AttnumInputError(f"c={what} is not allowed; expected None or a float torch.Tensor")
@@ -159,9 +174,12 @@ def _prepare(a, b, c, arch, out_format):
         except RuntimeError:
             raise AttnumInputError(f"c.shape={tuple(c.shape)} is not allowed; expected broadcastable to "
                                    f"{(*batch, M, N)}") from None
-        # c is held in the output format: a c of another dtype is rounded to it once (nearest even)
-        c64 = cb.to(torch.float64) if c.dtype == dtype else round_to(cb.to(torch.float64), out_format)
     pad = (-K) % inst.k  # a partial last instruction reads zeros, as a kernel's padded tile
+    check_work(batch, M, K + pad, N, a=a, b=b)
+    if c is None:
+        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
+    else:  # c is held in the output format: a c of another dtype is rounded to it once (nearest even)
+        c64 = cb.to(torch.float64) if c.dtype == dtype else round_to(cb.to(torch.float64), out_format)
     av, bv = _values(a), _values(b)
     if pad:
         av, bv = torch.nn.functional.pad(av, (0, pad)), torch.nn.functional.pad(bv, (0, 0, 0, pad))

@@ -73,7 +73,7 @@ from attnum.errors import AttnumInputError, bad_value
 from attnum.numerics import jit
 from attnum.numerics.formats import FloatFormat, get_format
 from attnum.numerics.mma.arch import SCALE_FORMATS, BlockScaledInstruction, get_arch
-from attnum.numerics.mma.dense import _finish, _pow2, batch_shape, check_dense
+from attnum.numerics.mma.dense import _finish, _pow2, batch_shape, check_dense, check_work
 from attnum.numerics.rounding import round_to
 from attnum.numerics.threads import one_thread
 
@@ -196,9 +196,7 @@ def _prepare(a, b, a_scale, b_scale, c, arch, kind, a_format, b_format, block, s
     if sb.dim() < 2 or tuple(sb.shape[-2:]) != (nblk, N):
         raise bad_value("b_scale.shape", tuple(sb.shape), f"(..., K // block, N) = (..., {nblk}, {N})")
     batch = batch_shape(a=a.shape, b=b.shape, a_scale=sa.shape, b_scale=sb.shape)
-    if c is None:
-        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
-    else:
+    if c is not None:
         if not isinstance(c, torch.Tensor) or not c.is_floating_point():
             raise bad_value("c", type(c).__name__, "None or a float torch.Tensor")
         try:
@@ -206,9 +204,13 @@ def _prepare(a, b, a_scale, b_scale, c, arch, kind, a_format, b_format, block, s
             cb = c.detach().broadcast_to((*batch, M, N))
         except RuntimeError:
             raise bad_value("c.shape", tuple(c.shape), f"broadcastable to {(*batch, M, N)}") from None
+    pad = (-K) % inst.k
+    check_work(batch, M, K + pad, N, a=a, b=b)  # the scales add K / block per row and column: well inside
+    if c is None:
+        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
+    else:
         c64 = cb.to(torch.float64) if c.dtype == torch.float32 else round_to(cb.to(torch.float64), "fp32")
     av, bv = _values_of(a, fa, "a"), _values_of(b, fb, "b")
-    pad = (-K) % inst.k
     if pad:  # whole instructions: zero elements under scale 1 (padded blocks: the kind's blocks divide k)
         av, bv = torch.nn.functional.pad(av, (0, pad)), torch.nn.functional.pad(bv, (0, 0, 0, pad))
         sa = torch.nn.functional.pad(sa, (0, pad // block), value=1.0)
