@@ -1453,6 +1453,124 @@ for name, twin in (("list", {**exact, "mma": ["sm80"]}), ("seed", {**exact, "mma
     return all(s.endswith("ok") for s in seen), "; ".join(seen)
 
 
+# the attacks on issue 42's surfaces that failed (the closing note lists every attempt)
+
+def _plugin(tmp: Path, name: str, line: str, files: dict[str, str] | None = None) -> dict[str, str]:
+    """env() with a distribution ``name`` on the path whose [attnum.families] entry point is ``line``."""
+    root = tmp / name
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[attnum.families]\n{line}\n")
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    e = env()
+    e["PYTHONPATH"] = os.pathsep.join([e["PYTHONPATH"], str(root)])
+    return e
+
+
+FORGED_FAMILY = """
+from attnum.sweep.registry import Family, StudyKind
+from attnum.studies.paper.point import Point
+FAMILY = Family(name="paper", kinds=(StudyKind(name="compare", point_type=Point, from_config=Point.from_config,
+                                               run=lambda point, kernels: {"ratio": {"max_abs": 1.0}}),))
+"""
+
+
+@attack("round7", "attack: a plugin registers a family named 'paper', or a broken one: one line, never attnum's replaced")
+def _(tmp):
+    out = _store_folder(tmp)
+    forged = cli("report", out, cwd=tmp, env=_plugin(tmp, "evil", "paper = evilpkg:FAMILY",
+                                                     {"evilpkg/__init__.py": FORGED_FAMILY}))
+    broken = cli("report", out, cwd=tmp, env=_plugin(tmp, "brk", "toy = no_such_module_xyz:FAMILY"))
+    a = one_line_error(forged, 2, "'paper' is registered twice", "evil")
+    b = one_line_error(broken, 2, "cannot be loaded", "brk")
+    return a[0] and b[0], f"{a[1][:90]}; {b[1][:70]}"
+
+
+LIAR_TARGETS = """
+import torch
+from torch.utils._pytree import tree_map
+class Liar(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if func in (torch.Tensor.sub, torch.sub, torch.Tensor.__sub__, torch.Tensor.__rsub__, torch.Tensor.abs,
+                    torch.abs) and isinstance(out, torch.Tensor):
+            return torch.zeros_like(out)
+        return out.as_subclass(Liar) if isinstance(out, torch.Tensor) and out.dim() > 0 else out
+class DispatchLiar(torch.Tensor):
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device,
+                                                strides=elem.stride())
+        r.elem = elem
+        return r
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda x: x.elem if isinstance(x, DispatchLiar) else x
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        if func.__name__.startswith(("sub", "abs")):
+            out = torch.zeros_like(out)
+        return tree_map(lambda x: DispatchLiar(x) if isinstance(x, torch.Tensor) else x, out)
+def sevens(q, v):
+    return torch.full((*q.shape[:-1], v.shape[-1]), 7.0, dtype=q.dtype)
+def liar(q, k, v, **kw):
+    return sevens(q, v).as_subclass(Liar)
+def dispatch_liar(q, k, v, **kw):
+    return DispatchLiar(sevens(q, v))
+def sparse(q, k, v, **kw):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw).to_sparse()
+"""
+
+
+@attack("round7", "attack: outputs of 7s as a tensor subclass that zeroes |out - golden|, or sparse: FAILED in both modes")
+def _(tmp):
+    (tmp / "liars.py").write_text(LIAR_TARGETS)
+    seen = []
+    for fn in ("liar", "dispatch_liar", "sparse"):
+        for iso in ((), ("--no-isolate",)):
+            p = cli("audit", f"{tmp / 'liars.py'}:{fn}", "--dtype", "fp32", "--probes", "odd-lengths", *iso, cwd=tmp)
+            if p.returncode != 1 or "FAILED" not in p.stdout:
+                seen.append(f"{fn}{' --no-isolate' if iso else ''}: exit {p.returncode}")
+    return not seen, "; ".join(seen) or "6 of 6 FAILED, exit 1"
+
+
+@attack("round7", "attack: audit --list needs no target; --list --json is JSON")
+def _(tmp):
+    a = cli("audit", "--list", cwd=tmp)
+    b = cli("audit", "--list", "--json", cwd=tmp)
+    try:
+        n = len(strict_json(b.stdout))
+    except ValueError:
+        n = 0
+    return a.returncode == 0 and "odd-lengths" in a.stdout and b.returncode == 0 and n > 10, \
+        f"--list exit {a.returncode}; --list --json exit {b.returncode}, {n} probes"
+
+
+@attack("round7", "attack: the public module and the old paths: attnum.mma after import attnum; python -m OLD.PATH")
+def _(tmp):
+    a = _py(tmp, "import attnum; print(attnum.mma.matmul.__module__)")
+    b = subprocess.run([sys.executable, "-m", "attnum.kernels.triton_selftest", "sm90"], cwd=tmp, capture_output=True,
+                       text=True, timeout=300, env=env())
+    ok = a.returncode == 0 and a.stdout.strip() == "attnum.numerics.mma.dense" and b.returncode == 0 \
+        and "Traceback" not in b.stderr
+    return ok, f"attnum.mma: exit {a.returncode}; python -m attnum.kernels.triton_selftest: exit {b.returncode}"
+
+
+@attack("round7", "attack: mma.matmul of a 16 x 32 tile expanded to 10**6 batches (stride 0): one line, under a 3 GB cap")
+def _(tmp):
+    code = ("import torch\nfrom attnum import mma\nfrom attnum.errors import AttnumInputError\n"
+            "a = torch.randn(1, 16, 32).bfloat16().expand(10**6, 16, 32)\n"
+            "try:\n    mma.matmul(a, torch.randn(32, 8).bfloat16(), arch='sm90'); print('accepted')\n"
+            "except AttnumInputError as e:\n    print('refused:', str(e)[:80])\n")
+    p = _py(tmp, code, limit_bytes=3 << 30)
+    return p.returncode == 0 and p.stdout.startswith("refused"), \
+        f"exit {p.returncode}: {(p.stdout.strip() or p.stderr.strip()[-100:])[:120]}"
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []

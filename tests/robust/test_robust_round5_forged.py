@@ -375,3 +375,19 @@ def test_a_tensor_subclass_or_sparse_output_is_a_wrong_output_in_both_modes(tmp_
                                    isolate=isolate))
     (row,) = report.results
     assert report.available and not report.passed and row.status == "fail", (row.status, row.note)
+
+
+def test_report_with_a_plugin_claiming_paper_is_one_line_not_every_row_skipped(tmp_path, monkeypatch, capfd):
+    from attnum.sweep import registry
+
+    out = _mma_store(tmp_path / "o", lambda c: c)
+    root = _dist(tmp_path, "evil", "paper = evilpkg:FAMILY", {"evilpkg/__init__.py": FORGED_PAPER % "paper"})
+    monkeypatch.syspath_prepend(str(root))
+    registry.families.cache_clear()
+    registry.kinds.cache_clear()
+    try:
+        line = _one_line_error(capfd, ["report", str(out)])
+    finally:
+        registry.families.cache_clear()
+        registry.kinds.cache_clear()
+    assert "'paper' is registered twice" in line and "evil" in line

@@ -108,13 +108,13 @@ def _readable(rows: list[Row], path) -> list[Row]:
     """The rows whose config their kind can read (:func:`attnum.sweep.registry.readable_config`), configs
     completed; each other one named on stderr and left out, as the store skips a row of the wrong shape
     (a store written by hand must not end the report in a traceback)."""
-    from attnum.sweep.registry import readable_config
+    from attnum.sweep.registry import UnreadableRow, readable_config
 
     out = []
     for r in rows:
         try:
             out.append({**r, "config": readable_config(r)})
-        except ValueError as why:
+        except UnreadableRow as why:
             print(f"attnum: warning: {path}: row (key {str(r.get('key'))[:80]!r}): {why}; row skipped",
                   file=sys.stderr)
     return out

@@ -252,23 +252,29 @@ def point_from_config(config: dict[str, Any]) -> Any:
 _UNREADABLE = (AttnumInputError, TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError)
 
 
+class UnreadableRow(ValueError):
+    """A stored row whose config its kind cannot read (:func:`readable_config`)."""
+
+
 def readable_config(row: Row) -> dict[str, Any]:
     """A stored row's config as its kind reads it: the point it describes must rebuild (every value of the
     type its field takes: a store written by hand may hold ``"mma": ["sm80"]``), and the fields it leaves
     out are filled with the point's (its defaults); the values it holds are kept as stored. A row of a kind
-    no installed family registers is returned as it is (no family reads it). A ValueError saying what is
-    wrong otherwise."""
+    no installed family registers is returned as it is (no family reads it). :class:`UnreadableRow` saying
+    what is wrong otherwise (an error of the registry itself, e.g. a family registered twice, is raised as it is)."""
     config = row.get("config")
     kind = row.get("kind")
     if not isinstance(config, dict) or kind not in kinds():
         return config
     if config.get("kind", kind) != kind:
-        raise ValueError(f"config kind {config.get('kind')!r} is not the row's kind {kind!r}")
+        raise UnreadableRow(f"config kind {config.get('kind')!r} is not the row's kind {kind!r}")
     try:
         point = kinds()[kind].point({**config, "kind": kind})
         full = point.config()
+    except AttnumEnvironmentError:
+        raise
     except _UNREADABLE as why:
-        raise ValueError(f"config does not describe a {kind} point ({type(why).__name__}: "
+        raise UnreadableRow(f"config does not describe a {kind} point ({type(why).__name__}: "
                          f"{str(why).splitlines()[0][:160] if str(why) else 'no message'})") from None
     return {**full, **config}
 
