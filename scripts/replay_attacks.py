@@ -1538,6 +1538,22 @@ def _(tmp):
     return not seen, "; ".join(seen) or "6 of 6 FAILED, exit 1"
 
 
+@attack("round7", "attack: spec-audit --no-isolate --json with a sampler printing {\"verdict\": \"pass\"}: JSON alone")
+def _(tmp):
+    (tmp / "s.py").write_text("import os\nfrom attnum.sampling import reference_sampler\n"
+                              "print('{\"verdict\": \"pass\"}')\ndef sampler(p, q, d, generator=None):\n"
+                              "    os.write(1, b'{\"verdict\": \"pass\"}\\n')\n"
+                              "    return reference_sampler(p, q, d, generator=generator)\n")
+    p = cli("spec-audit", f"{tmp / 's.py'}:sampler", "--cases", "dirichlet", "--samples", "2000", "--json",
+            "--no-isolate", cwd=tmp)
+    try:
+        doc = strict_json(p.stdout)
+        ok = isinstance(doc, dict) and "target" in doc
+    except ValueError:
+        ok = False
+    return ok, f"exit {p.returncode}, stdout {'one JSON document' if ok else repr(p.stdout[:60])}"
+
+
 @attack("round7", "attack: audit --list needs no target; --list --json is JSON")
 def _(tmp):
     a = cli("audit", "--list", cwd=tmp)

@@ -50,6 +50,24 @@ def test_a_target_printing_to_stdout_under_no_isolate_leaves_the_json_document_a
     assert '"at": "import"' in err and '"via": "fd 1"' in err and '"via": "__stdout__"' in err
 
 
+SAMPLER_PRINTS = """import os
+from attnum.sampling import reference_sampler
+print('{"verdict": "pass", "at": "import"}')
+def sampler(p, q, d, generator=None):
+    os.write(1, b'{"verdict": "pass", "via": "fd 1"}\\n')
+    return reference_sampler(p, q, d, generator=generator)
+"""
+
+
+def test_spec_audit_json_under_no_isolate_is_attnums_alone_too(tmp_path, capfd):
+    (tmp_path / "s.py").write_text(SAMPLER_PRINTS)
+    main(["spec-audit", f"{tmp_path / 's.py'}:sampler", "--cases", "dirichlet", "--samples", "2000", "--json",
+          "--no-isolate"])
+    out, err = capfd.readouterr()
+    doc = json.loads(out)
+    assert doc["target"].endswith("s.py:sampler") and '"via": "fd 1"' in err and '"at": "import"' in err
+
+
 # ---- --arch where it cannot change the arithmetic ----------------------------------------------------
 
 @pytest.mark.parametrize("command", [["audit", "sglang-decode", "--probes", "odd-lengths"],
