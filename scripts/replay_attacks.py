@@ -1478,15 +1478,18 @@ FAMILY = Family(name="paper", kinds=(StudyKind(name="compare", point_type=Point,
 """
 
 
-@attack("round7", "attack: a plugin registers a family named 'paper', or a broken one: one line, never attnum's replaced")
+@attack("round7", "attack: a plugin registers a family named 'paper' (one line), or a broken one (a warning, left out)")
 def _(tmp):
     out = _store_folder(tmp)
     forged = cli("report", out, cwd=tmp, env=_plugin(tmp, "evil", "paper = evilpkg:FAMILY",
                                                      {"evilpkg/__init__.py": FORGED_FAMILY}))
     broken = cli("report", out, cwd=tmp, env=_plugin(tmp, "brk", "toy = no_such_module_xyz:FAMILY"))
-    a = one_line_error(forged, 2, "'paper' is registered twice", "evil")
-    b = one_line_error(broken, 2, "cannot be loaded", "brk")
-    return a[0] and b[0], f"{a[1][:90]}; {b[1][:70]}"
+    lines = [ln for ln in forged.stderr.splitlines() if not ln.startswith("attnum: warning: study family")]
+    a = forged.returncode == 2 and len(lines) == 1 and "'paper' is registered twice" in lines[0] and "evil" in lines[0]
+    warned = [ln for ln in broken.stderr.splitlines() if ln.startswith("attnum: warning: study family entry point")]
+    b = broken.returncode == 0 and "Traceback" not in broken.stderr and any("brk" in ln for ln in warned)
+    return a and b, f"forged: exit {forged.returncode}: {lines[-1][:80] if lines else ''}; broken plugin: exit " \
+                    f"{broken.returncode}, {len(warned)} warning(s)"
 
 
 LIAR_TARGETS = """

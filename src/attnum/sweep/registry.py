@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -187,28 +188,38 @@ def families() -> tuple[Family, ...]:
     source: dict[str, tuple[str, str]] = {}  # name -> (entry point value, how to name it)
     for ep in entry_points(group=ENTRY_POINTS):
         where = f"{ep.name} = {ep.value} (distribution {_dist(ep)})"
-        if ep.name in found:
+        if ep.name in source:
             if ep.value == source[ep.name][0]:
                 continue  # one distribution seen twice on the path
             # a second package claiming a family's name would run its own code under that name: refused,
             # whichever comes first on the path (it would silently win)
             raise AttnumEnvironmentError(f"study family {ep.name!r} is registered twice (entry-point group "
                                          f"{ENTRY_POINTS!r}): {source[ep.name][1]} and {where}; uninstall one")
+        source[ep.name] = (ep.value, where)
+        # An entry point that yields no Family of its name claims nothing: it is left out, said once on
+        # stderr (a package's broken import, or an install whose metadata is ahead of its source tree, must
+        # not stop every command), and the families that load run as they are.
         try:
             family = ep.load()
         except Exception as why:  # noqa: BLE001 - any failure of a package's import is that package's
-            raise AttnumEnvironmentError(f"study family entry point {where} cannot be loaded: {type(why).__name__}: "
-                                         f"{str(why).splitlines()[0][:160] if str(why) else ''}; fix or uninstall "
-                                         "that package") from None
+            _left_out(f"{where} cannot be loaded ({type(why).__name__}: "
+                      f"{str(why).splitlines()[0][:160] if str(why) else 'no message'})")
+            continue
         if not isinstance(family, Family) or family.name != ep.name:
-            raise AttnumEnvironmentError(f"study family entry point {where} is {type(family).__name__}"
-                                         f"{' named ' + repr(family.name) if isinstance(family, Family) else ''}; "
-                                         f"expected a Family named {ep.name!r}: fix or uninstall that package")
-        found[ep.name], source[ep.name] = family, (ep.value, where)
+            _left_out(f"{where} is {type(family).__name__}"
+                      f"{' named ' + repr(family.name) if isinstance(family, Family) else ''}, not a Family named "
+                      f"{ep.name!r}")
+            continue
+        found[ep.name] = family
     if not found:
         raise AttnumEnvironmentError(f"no study family is registered (entry-point group {ENTRY_POINTS!r} of the "
                                      "installed attnum): reinstall attnum (pip install -e .)")
     return tuple(sorted(found.values(), key=lambda f: (f.order, f.name)))
+
+
+def _left_out(what: str) -> None:
+    print(f"attnum: warning: study family entry point {what}; left out (fix or uninstall that package; for "
+          "attnum's own, reinstall it: pip install -e .)", file=sys.stderr)
 
 
 def _dist(ep) -> str:
