@@ -1,5 +1,6 @@
 """Replay every attack of issue 13 ("Trustworthy under real use"), issue 19 ("Nothing lost, nothing
-forged, round 3") and issue 32 ("Nothing forged, round 4") against this checkout's CLI.
+forged, round 3"), issue 32 ("Nothing forged, round 4") and issue 42 ("Nothing forged, round 5") against
+this checkout's CLI.
 
 Each attack is one thing a new user, a hostile kernel or a bad machine does; each has the behaviour
 the issue asks for. The script runs them all in fresh processes (``python -m attnum ...``, the
@@ -8,10 +9,13 @@ count, and exits 1 if any misbehaved. It is the closing note's count, and it run
 clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 14 minutes on 2 loaded cores;
 ``python scripts/replay_attacks.py round3`` runs issue 19's first 22 alone, about 4 minutes, and
 ``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes;
-``python scripts/replay_attacks.py round4`` issue 32's cases).
+``python scripts/replay_attacks.py round4`` issue 32's cases; ``python scripts/replay_attacks.py round7``
+issue 42's cases of the tensor-core model, the CLI's stdout, built-in targets, ``sum_decode`` and the
+report, and the attacks on the surfaces of that turn, about 4 minutes).
 
-The pytest suite covers the same ground case by case (tests/test_robust_*.py); this is the
-end-to-end view of the issue's list, in its order.
+The pytest suite covers the same ground case by case (tests/robust/test_robust_*.py, and for issue 42
+tests/robust/test_robust_round5_forged.py and tests/numerics/mma/test_mma_mixed_operands.py); this is
+the end-to-end view of the issue's list, in its order.
 """
 
 from __future__ import annotations
@@ -1318,6 +1322,305 @@ def _(tmp):
     return p.returncode == 1 and "fail" in p.stdout, f"exit {p.returncode}: {p.stdout.strip().splitlines()[-1:]}"
 
 
+# -- issue 42: nothing forged, round 5 ------------------------------------------------------------------
+
+def _py(tmp: Path, code: str, timeout: float = 300, limit_bytes: int | None = None) -> subprocess.CompletedProcess:
+    """``python -c code`` with this checkout's attnum; ``limit_bytes``: the child's address space capped
+    (a runaway allocation is a MemoryError there, not a machine out of memory)."""
+    def cap():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=timeout,
+                          env=env(), preexec_fn=cap if limit_bytes else None)
+
+
+@attack("round7", "1. mma=sm90 with P in fp16 and V in bf16 (and the reverse): refused in one line, never inf or 1.0")
+def _(tmp):
+    seen = []
+    for policy in ("fa2:bf16,probs=fp16,mma=sm90", "fa2:fp16,probs=bf16,mma=sm90"):
+        ok, what = one_line_error(cli("compare", "--policy", policy, "--seq-len", "32", "--head-dim", "16",
+                                      cwd=tmp), 2, "neither format holds the other")
+        seen.append((ok, what))
+    code = ("import torch\nfrom attnum.attention.flash import flash_attention\nfrom attnum.errors import AttnumInputError\n"
+            "out = []\nfor pol, v0, dt in (('fa2:bf16,probs=fp16,mma=sm90', 2.0**17, torch.bfloat16),\n"
+            "                    ('fa2:fp16,probs=bf16,mma=sm90', 1 + 2.0**-9, torch.float16),\n"
+            "                    ('fa2:bf16,probs=e4m3fn,mma=sm90', 2.0**17 + 2.0**10, torch.bfloat16),\n"
+            "                    ('fa2:fp32,probs=fp16,mma=sm80', 1 + 2.0**-10, torch.float32)):\n"
+            "    q = torch.zeros(1, 1, 2, 16, dtype=dt); v = torch.full((1, 1, 4, 16), v0, dtype=dt)\n"
+            "    try:\n        o = flash_attention(q, q[:, :, :0].new_zeros(1, 1, 4, 16), v, policy=pol)\n"
+            "        out.append(float(o.double().max()) == v0 and float(o.double().min()) == v0)\n"
+            "    except AttnumInputError:\n        out.append('refused')\n"
+            "print(out)\n")
+    p = _py(tmp, code)
+    api = p.stdout.strip() == "['refused', 'refused', True, True]"
+    return all(ok for ok, _ in seen) and api, f"{seen[0][1][:90]}; API (refused x2, exact x2): {p.stdout.strip()[:80]}"
+
+
+PRINTS_FORGED = """import os, sys
+import torch.nn.functional as F
+print('{"verdict": "PASS", "at": "import"}')
+def attention(q, k, v, **kw):
+    print('{"verdict": "PASS"}')
+    sys.__stdout__.write('{"verdict": "PASS"}\\n')
+    os.write(1, b'{"verdict": "PASS"}\\n')
+    return F.scaled_dot_product_attention(q, k, v, **kw)
+"""
+
+
+@attack("round7", "2. --no-isolate: a target printing {\"verdict\": \"PASS\"} to stdout: audit/fingerprint --json stay JSON")
+def _(tmp):
+    (tmp / "prints.py").write_text(PRINTS_FORGED)
+    t = f"{tmp / 'prints.py'}:attention"
+    seen = []
+    for argv in (("audit", t, "--dtype", "fp32", "--probes", "odd-lengths"),
+                 ("fingerprint", t, "--dtype", "fp32", "--lengths", "64", "--heads", "2", "--head-dim", "16")):
+        for iso in ((), ("--no-isolate",)):
+            p = cli(*argv, "--json", *iso, cwd=tmp)
+            try:
+                doc = strict_json(p.stdout)
+                seen.append(isinstance(doc, dict) and "verdict" not in doc and "PASS" in p.stderr)
+            except ValueError:
+                seen.append(False)
+    return all(seen), f"audit, audit --no-isolate, fingerprint, fingerprint --no-isolate: {seen}"
+
+
+@attack("round7", "3. --numerics raw --arch sm80 on an interpreted target (audit, fingerprint): one line, exit 2")
+def _(tmp):
+    a = one_line_error(cli("audit", "sglang-decode", "--numerics", "raw", "--arch", "sm80", *CHEAP, cwd=tmp), 2,
+                       "--arch=sm80", "--numerics raw")
+    f = one_line_error(cli("fingerprint", "sglang-decode", "--numerics", "raw", "--arch", "sm80", cwd=tmp), 2,
+                       "--arch=sm80", "--numerics raw")
+    return a[0] and f[0], f"audit: {a[1]}; fingerprint: {f[1][:60]}"
+
+
+@attack("round7", "4. audit 'decode:fa2:bf16,mma=sm70' / 'decode:sage1:fp16' (compare refuses them): one line, exit 2")
+def _(tmp):
+    a = one_line_error(cli("audit", "decode:fa2:bf16,mma=sm70", cwd=tmp), 2, "decode:fa2:bf16,mma=sm70", "sm70")
+    b = one_line_error(cli("audit", "decode:sage1:fp16", "--dtype", "fp16", cwd=tmp), 2, "decode:sage1:fp16")
+    c = one_line_error(cli("audit", "decode:fa2,probs=fp16,mma=sm90", "--dtype", "bf16", cwd=tmp), 2, "bf16 inputs")
+    return a[0] and b[0] and c[0], f"{a[1]}; {b[1][:40]}; {c[1][:40]}"
+
+
+@attack("round7", "5. sum_decode block_k = 10**6 and 10**9 on S = 100 under a 3 GB address-space cap: done")
+def _(tmp):
+    code = ("import torch\nfrom attnum.kernels.triton.sum_decode import sum_decode\n"
+            "g = torch.Generator().manual_seed(0)\nq, k, v = (torch.randn(1, 4, n, 64, generator=g).bfloat16() for n in (1, 100, 100))\n"
+            "outs = [sum_decode(q, k, v, bounds=((0, 100),), block_k=b) for b in (10**6, 10**9)]\n"
+            "print(all(bool(o.isfinite().all()) for o in outs), tuple(outs[0].shape))\n")
+    p = _py(tmp, code, limit_bytes=3 << 30)
+    return p.returncode == 0 and p.stdout.strip() == "True (1, 4, 1, 64)", \
+        f"exit {p.returncode}: {(p.stdout.strip() or p.stderr.strip().splitlines()[-1:] or [''])}"[:160]
+
+
+@attack("round7", "6. the public API's bad arguments (mma.matmul, matmul_block_scaled, sum_decode): AttnumInputError each")
+def _(tmp):
+    code = r"""
+import torch, warnings
+warnings.simplefilter("ignore")
+from attnum import mma
+from attnum.errors import AttnumInputError
+from attnum.kernels.triton.sum_decode import sum_decode
+bf = lambda *s: torch.randn(*s).bfloat16()
+e4 = torch.randn(16, 64).to(torch.float8_e4m3fn); e4b = torch.randn(64, 8).to(torch.float8_e4m3fn)
+sa, sb = torch.ones(16, 2), torch.ones(2, 8)
+q, k, v = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 10, 8), torch.randn(1, 1, 10, 8)
+calls = {
+    "matmul batch": lambda: mma.matmul(bf(2, 16, 32), bf(3, 32, 8), arch="sm90"),
+    "matmul meta": lambda: mma.matmul(bf(16, 32).to("meta"), bf(32, 8), arch="sm90"),
+    "matmul sparse": lambda: mma.matmul(bf(16, 32).float().to_sparse(), bf(32, 8).float(), arch="sm90"),
+    "scaled block=32.0": lambda: mma.matmul_block_scaled(e4, e4b, sa, sb, arch="sm100", kind="mxf8f6f4", block=32.0),
+    "scaled block=tensor": lambda: mma.matmul_block_scaled(e4, e4b, sa, sb, arch="sm100", kind="mxf8f6f4",
+                                                           block=torch.tensor(32)),
+    "sum_decode d=0": lambda: sum_decode(q[..., :0], k[..., :0], v, bounds=((0, 10),)),
+    "sum_decode float bounds": lambda: sum_decode(q, k, v, bounds=((0.0, 10.0),)),
+    "sum_decode 3-tuple": lambda: sum_decode(q, k, v, bounds=((0, 5, 10),)),
+}
+bad = []
+for name, call in calls.items():
+    try:
+        call()
+        bad.append(name + ": accepted")
+    except AttnumInputError as e:
+        if len(str(e).splitlines()) != 1:
+            bad.append(name + ": several lines")
+    except Exception as e:
+        bad.append(f"{name}: {type(e).__name__}")
+print(bad)
+"""
+    p = _py(tmp, code)
+    return p.returncode == 0 and p.stdout.strip() == "[]", f"exit {p.returncode}: {p.stdout.strip()[:140]}"
+
+
+@attack("round7", "6. report on a store whose grid-mma row holds mma=['sm80'] / seed=[0] / no seed: named, skipped, exit 0")
+def _(tmp):
+    code = r"""
+import json, sqlite3, sys
+from attnum.store.db import Store
+from attnum.studies.paper.point import Point
+exact = Point(policy="fa2", format="bf16", seq_len=32, heads=1, head_dim=16, block_k=16, seed=0).config()
+m = {"ratio": {"max_abs": 2.0, "mean_abs": 1.5}, "flash_vs_golden": {"max_abs": 0.01}}
+for name, twin in (("list", {**exact, "mma": ["sm80"]}), ("seed", {**exact, "mma": "sm80", "seed": [0]}),
+                   ("noseed", {k: v for k, v in {**exact, "mma": "sm80"}.items() if k != "seed"})):
+    with Store(sys.argv[1] + "/" + name, command="t") as s:
+        s.bind_spec(name="t", spec_hash="h", canonical={"name": "t"}, source="t.toml")
+        s.plan([("exact", "compare", ("grid",), exact), ("twin", "compare", ("grid-mma",), twin)])
+        rid = s.begin_run(command="t", n_todo=2, executor="local", jobs=1)
+        for k in ("exact", "twin"):
+            s.write({"key": k, "status": "done", "metrics": m, "env": {"torch": "x"}}, rid)
+        s.end_run(rid, "complete")
+"""
+    made = subprocess.run([sys.executable, "-c", code, str(tmp)], cwd=tmp, capture_output=True, text=True, env=env(),
+                          timeout=120)
+    if made.returncode != 0:
+        return False, made.stderr.strip().splitlines()[-1][:160]
+    seen = []
+    for name, skipped in (("list", True), ("seed", True), ("noseed", False)):
+        p = cli("report", tmp / name, cwd=tmp)
+        ok = p.returncode == 0 and "Traceback" not in p.stderr and "internal error" not in p.stderr \
+            and (("row (key 'twin')" in p.stderr and "row skipped" in p.stderr) == skipped)
+        seen.append(f"{name}: {'ok' if ok else 'exit ' + str(p.returncode)}")
+    return all(s.endswith("ok") for s in seen), "; ".join(seen)
+
+
+# the attacks on issue 42's surfaces that failed (the closing note lists every attempt)
+
+def _plugin(tmp: Path, name: str, line: str, files: dict[str, str] | None = None) -> dict[str, str]:
+    """env() with a distribution ``name`` on the path whose [attnum.families] entry point is ``line``."""
+    root = tmp / name
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[attnum.families]\n{line}\n")
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    e = env()
+    e["PYTHONPATH"] = os.pathsep.join([e["PYTHONPATH"], str(root)])
+    return e
+
+
+FORGED_FAMILY = """
+from attnum.sweep.registry import Family, StudyKind
+from attnum.studies.paper.point import Point
+FAMILY = Family(name="paper", kinds=(StudyKind(name="compare", point_type=Point, from_config=Point.from_config,
+                                               run=lambda point, kernels: {"ratio": {"max_abs": 1.0}}),))
+"""
+
+
+@attack("round7", "attack: a plugin registers a family named 'paper' (one line), or a broken one (a warning, left out)")
+def _(tmp):
+    out = _store_folder(tmp)
+    forged = cli("report", out, cwd=tmp, env=_plugin(tmp, "evil", "paper = evilpkg:FAMILY",
+                                                     {"evilpkg/__init__.py": FORGED_FAMILY}))
+    broken = cli("report", out, cwd=tmp, env=_plugin(tmp, "brk", "toy = no_such_module_xyz:FAMILY"))
+    lines = [ln for ln in forged.stderr.splitlines() if not ln.startswith("attnum: warning: study family")]
+    a = forged.returncode == 2 and len(lines) == 1 and "'paper' is registered twice" in lines[0] and "evil" in lines[0]
+    warned = [ln for ln in broken.stderr.splitlines() if ln.startswith("attnum: warning: study family entry point")]
+    b = broken.returncode == 0 and "Traceback" not in broken.stderr and any("brk" in ln for ln in warned)
+    return a and b, f"forged: exit {forged.returncode}: {lines[-1][:80] if lines else ''}; broken plugin: exit " \
+                    f"{broken.returncode}, {len(warned)} warning(s)"
+
+
+LIAR_TARGETS = """
+import torch
+from torch.utils._pytree import tree_map
+class Liar(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if func in (torch.Tensor.sub, torch.sub, torch.Tensor.__sub__, torch.Tensor.__rsub__, torch.Tensor.abs,
+                    torch.abs) and isinstance(out, torch.Tensor):
+            return torch.zeros_like(out)
+        return out.as_subclass(Liar) if isinstance(out, torch.Tensor) and out.dim() > 0 else out
+class DispatchLiar(torch.Tensor):
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device,
+                                                strides=elem.stride())
+        r.elem = elem
+        return r
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda x: x.elem if isinstance(x, DispatchLiar) else x
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        if func.__name__.startswith(("sub", "abs")):
+            out = torch.zeros_like(out)
+        return tree_map(lambda x: DispatchLiar(x) if isinstance(x, torch.Tensor) else x, out)
+def sevens(q, v):
+    return torch.full((*q.shape[:-1], v.shape[-1]), 7.0, dtype=q.dtype)
+def liar(q, k, v, **kw):
+    return sevens(q, v).as_subclass(Liar)
+def dispatch_liar(q, k, v, **kw):
+    return DispatchLiar(sevens(q, v))
+def sparse(q, k, v, **kw):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw).to_sparse()
+"""
+
+
+@attack("round7", "attack: outputs of 7s as a tensor subclass that zeroes |out - golden|, or sparse: FAILED in both modes")
+def _(tmp):
+    (tmp / "liars.py").write_text(LIAR_TARGETS)
+    seen = []
+    for fn in ("liar", "dispatch_liar", "sparse"):
+        for iso in ((), ("--no-isolate",)):
+            p = cli("audit", f"{tmp / 'liars.py'}:{fn}", "--dtype", "fp32", "--probes", "odd-lengths", *iso, cwd=tmp)
+            if p.returncode != 1 or "FAILED" not in p.stdout:
+                seen.append(f"{fn}{' --no-isolate' if iso else ''}: exit {p.returncode}")
+    return not seen, "; ".join(seen) or "6 of 6 FAILED, exit 1"
+
+
+@attack("round7", "attack: spec-audit --no-isolate --json with a sampler printing {\"verdict\": \"pass\"}: JSON alone")
+def _(tmp):
+    (tmp / "s.py").write_text("import os\nfrom attnum.sampling import reference_sampler\n"
+                              "print('{\"verdict\": \"pass\"}')\ndef sampler(p, q, d, generator=None):\n"
+                              "    os.write(1, b'{\"verdict\": \"pass\"}\\n')\n"
+                              "    return reference_sampler(p, q, d, generator=generator)\n")
+    p = cli("spec-audit", f"{tmp / 's.py'}:sampler", "--cases", "dirichlet", "--samples", "2000", "--json",
+            "--no-isolate", cwd=tmp)
+    try:
+        doc = strict_json(p.stdout)
+        ok = isinstance(doc, dict) and "target" in doc
+    except ValueError:
+        ok = False
+    return ok, f"exit {p.returncode}, stdout {'one JSON document' if ok else repr(p.stdout[:60])}"
+
+
+@attack("round7", "attack: audit --list needs no target; --list --json is JSON")
+def _(tmp):
+    a = cli("audit", "--list", cwd=tmp)
+    b = cli("audit", "--list", "--json", cwd=tmp)
+    try:
+        n = len(strict_json(b.stdout))
+    except ValueError:
+        n = 0
+    return a.returncode == 0 and "odd-lengths" in a.stdout and b.returncode == 0 and n > 10, \
+        f"--list exit {a.returncode}; --list --json exit {b.returncode}, {n} probes"
+
+
+@attack("round7", "attack: the public module and the old paths: attnum.mma after import attnum; python -m OLD.PATH")
+def _(tmp):
+    a = _py(tmp, "import attnum; print(attnum.mma.matmul.__module__)")
+    b = subprocess.run([sys.executable, "-m", "attnum.kernels.triton_selftest", "sm90"], cwd=tmp, capture_output=True,
+                       text=True, timeout=300, env=env())
+    ok = a.returncode == 0 and a.stdout.strip() == "attnum.numerics.mma.dense" and b.returncode == 0 \
+        and "Traceback" not in b.stderr
+    return ok, f"attnum.mma: exit {a.returncode}; python -m attnum.kernels.triton_selftest: exit {b.returncode}"
+
+
+@attack("round7", "attack: mma.matmul of a 16 x 32 tile expanded to 10**6 batches (stride 0): one line, under a 3 GB cap")
+def _(tmp):
+    code = ("import torch\nfrom attnum import mma\nfrom attnum.errors import AttnumInputError\n"
+            "a = torch.randn(1, 16, 32).bfloat16().expand(10**6, 16, 32)\n"
+            "try:\n    mma.matmul(a, torch.randn(32, 8).bfloat16(), arch='sm90'); print('accepted')\n"
+            "except AttnumInputError as e:\n    print('refused:', str(e)[:80])\n")
+    p = _py(tmp, code, limit_bytes=3 << 30)
+    return p.returncode == 0 and p.stdout.startswith("refused"), \
+        f"exit {p.returncode}: {(p.stdout.strip() or p.stderr.strip()[-100:])[:120]}"
+
+
 def main() -> int:
     only = sys.argv[1:]
     results = []
@@ -1332,7 +1635,7 @@ def main() -> int:
                 ok, seen = False, f"{type(exc).__name__}: {exc}"[:160]
             results.append(ok)
             print(f"{'ok ' if ok else 'BAD'}  {section:8s} {name}  [{time.perf_counter() - t0:.0f}s] {seen}", flush=True)
-    print(f"{sum(results)} of {len(results)} attacks behaved as issues 13, 19 and 32 ask")
+    print(f"{sum(results)} of {len(results)} attacks behaved as issues 13, 19, 32 and 42 ask")
     return 0 if all(results) else 1
 
 

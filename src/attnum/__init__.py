@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 # name -> (module, attribute); attribute None means the module itself.
 _LAZY: dict[str, tuple[str, str | None]] = {
     "metrics": ("attnum.numerics.metrics", None),
+    "mma": ("attnum.mma", None),  # the tensor-core model's public name: attnum.mma.matmul after import attnum
     "baseline_attention": ("attnum.attention", "baseline_attention"),
     "flash_attention": ("attnum.attention", "flash_attention"),
     "golden_attention": ("attnum.attention", "golden_attention"),
@@ -51,11 +52,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 
 __all__ = [
     "AttnumInputError", "FloatFormat", "Policy", "get_format", "parse_policy", "round_to",
-    "golden_attention", "baseline_attention", "flash_attention", "metrics", "wasserstein_distance", "shadow",
+    "golden_attention", "baseline_attention", "flash_attention", "metrics", "mma", "wasserstein_distance", "shadow",
     "__version__",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from attnum import mma
     from attnum.attention import baseline_attention, flash_attention, golden_attention
     from attnum.integrations.shadow import shadow
     from attnum.numerics import metrics

@@ -95,6 +95,13 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         _warn(old, MOVED[old])
         sys.modules[old] = importlib.import_module(MOVED[old])  # the import system returns what sys.modules holds
 
+    def get_code(self, fullname):
+        """``python -m OLD`` (runpy asks the loader for code): the new module's code, with the warning; the
+        self-test was run as ``python -m attnum.kernels.triton_selftest``."""
+        _warn(fullname, MOVED[fullname])
+        new = importlib.util.find_spec(MOVED[fullname])
+        return new.loader.get_code(MOVED[fullname])
+
 
 _FINDER = _Finder()
 

@@ -84,10 +84,17 @@ class AuditConfig:
         from attnum.kernels.triton.interp import check_numerics
 
         check_numerics(self.numerics)
-        from attnum.kernels.triton.tensor_core import check_arch
+        from attnum.kernels.triton.tensor_core import DEFAULT_ARCH, check_arch
 
         object.__setattr__(self, "arch", check_arch(self.arch))
+        if self.numerics == "raw" and self.arch != DEFAULT_ARCH:  # raw's tl.dot has no tensor-core model
+            raise bad_value("arch", self.arch, f"{DEFAULT_ARCH} (the default) with numerics='raw': Triton's raw "
+                            "interpreter has no tensor-core model, so an architecture changes nothing")
         object.__setattr__(self, "dtypes", parse_dtypes(self.dtypes))
+        if self.target is not None:  # a built-in policy target compare would refuse: refused before any work
+            from attnum.kernels.registry import check_policy_target
+
+            check_policy_target(self.target, self.dtypes)
         if self.device not in DEVICES:
             raise bad_value("device", self.device, f"one of {DEVICES}")
         object.__setattr__(self, "k", _finite("k", self.k, "a finite positive multiplier", positive=True))

@@ -30,7 +30,7 @@ from attnum.kernels.conventions import EMPTY_ROWS as EMPTY_ROW_CONVENTIONS
 from attnum.kernels.triton.addresses import OutOfBounds
 from attnum.numerics.formats import FloatFormat, get_format
 from attnum.numerics.rounding import round_to
-from attnum.sandbox.wire import WrongOutput
+from attnum.sandbox.wire import WrongOutput, plain_tensor
 
 PROBE_KINDS = ("forward", "backward", "behaviour")
 FP32 = get_format("fp32")
@@ -86,6 +86,11 @@ def check_tensor(out: object, what: str, shape: tuple[int, ...], dtype: torch.dt
     naming ``what`` and every difference."""
     if not isinstance(out, torch.Tensor):
         raise WrongOutput(f"target returned {type(out).__name__} for its {what}, expected a Tensor")
+    plain = plain_tensor(out)  # in this process (--no-isolate) a subclass would see attnum's arithmetic on it
+    if plain is None:
+        raise WrongOutput(f"target returned a {type(out).__name__} ({str(out.layout).removeprefix('torch.')}) for "
+                          f"its {what}, whose values torch does not hold; expected a dense torch.Tensor")
+    out = plain
     shape = tuple(shape)
     problems = []
     if tuple(out.shape) != shape:

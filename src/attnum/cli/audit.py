@@ -30,15 +30,16 @@ HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fai
 def register(app: typer.Typer) -> None:
     @app.command("audit", help=HELP)
     def audit(
-        target: str = typer.Argument(..., help="package.module:function, path/file.py:function, or a built-in "
-                                               "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
-                                               "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
-                                               "sglang-decode, sglang-merge, sglang-extend, sglang-context, "
-                                               "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, "
-                                               "vllm-triton-merge, flashinfer-triton-merge, flashinfer-triton-merge-n, "
-                                               "flashinfer-triton-merge-varlen, ring-flash-attn-merge, "
-                                               "fla-parallel-attn), or "
-                                               "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
+        target: str | None = typer.Argument(None, show_default=False,
+                                            help="package.module:function, path/file.py:function, or a built-in "
+                                                 "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
+                                                 "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
+                                                 "sglang-decode, sglang-merge, sglang-extend, sglang-context, "
+                                                 "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, "
+                                                 "vllm-triton-merge, flashinfer-triton-merge, flashinfer-triton-merge-n, "
+                                                 "flashinfer-triton-merge-varlen, ring-flash-attn-merge, "
+                                                 "fla-parallel-attn), or "
+                                                 "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
@@ -85,16 +86,28 @@ def register(app: typer.Typer) -> None:
         from attnum.audit.report import print_table, to_html, to_json
         from attnum.audit.runner import run_audit
 
-        if list_probes:
+        if list_probes:  # the catalogue needs no target (and with --json it is a JSON document too)
             from attnum.audit.probes import PROBES
-            from attnum.console.tables import print_table as emit
 
-            emit(("probe", "kind", "what it checks", "sources"),
-                 [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
+            if as_json:
+                from attnum.store.jsonout import dumps
+
+                print(dumps([{"probe": p.name, "kind": p.kind, "checks": p.summary, "sources": list(p.refs)}
+                             for p in PROBES.values()], indent=2))
+            else:
+                from attnum.console.tables import print_table as emit
+
+                emit(("probe", "kind", "what it checks", "sources"),
+                     [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
             raise typer.Exit(0)
+        if target is None:
+            from attnum.errors import AttnumInputError
+
+            raise AttnumInputError("Missing argument 'TARGET': the kernel to audit (attnum audit --list lists the "
+                                   "probes without one)")
         from attnum.kernels.registry import arch_flag
 
-        arch = arch_flag(arch, target, device)
+        arch = arch_flag(arch, target, device, numerics=numerics)
         cfg = AuditConfig(target=target, dtypes=dtype, device=device, probes=probes, strict=strict, k=k,
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
@@ -118,7 +131,10 @@ def register(app: typer.Typer) -> None:
                     print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)",
                           file=sys.stderr, flush=True)
 
-            report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
+            from attnum.console.streams import user_output_to_stderr
+
+            with user_output_to_stderr():  # stdout is the table's or the JSON's alone, --no-isolate too
+                report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
         if as_json:
             from attnum.store.jsonout import dumps
 

@@ -56,7 +56,11 @@ def register(app: typer.Typer) -> None:
         from attnum.kernels.registry import arch_flag
 
         torch_dtype(dtype)
-        arch = arch_flag(arch, target)
+        arch = arch_flag(arch, target, numerics=numerics)
+        from attnum.kernels.registry import check_policy_target
+        from attnum.numerics.formats import get_format
+
+        check_policy_target(target, (get_format(dtype).name,))
         try:
             lens = tuple(int(x) for x in lengths.split(",") if x.strip())
         except ValueError:
@@ -73,14 +77,17 @@ def register(app: typer.Typer) -> None:
                 if tty:
                     print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
 
-            kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
-                      matmul=_matmul(matmul) if matmul else None, num_splits=num_splits)
-            if no_isolate:
-                fn = _resolve(target, numerics, arch)
-                doc = fingerprint(fn, **kw)
-                doc["isolated"] = False
-            else:
-                doc = _isolated(target, numerics, arch, timeout, kw)
+            from attnum.console.streams import user_output_to_stderr
+
+            with user_output_to_stderr():  # stdout is the document's alone, --no-isolate and --matmul too
+                kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
+                          matmul=_matmul(matmul) if matmul else None, num_splits=num_splits)
+                if no_isolate:
+                    fn = _resolve(target, numerics, arch)
+                    doc = fingerprint(fn, **kw)
+                    doc["isolated"] = False
+                else:
+                    doc = _isolated(target, numerics, arch, timeout, kw)
             doc["numerics"] = _numerics_label(target, numerics, arch)
         _print(doc, as_json)
 

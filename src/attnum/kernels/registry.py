@@ -274,14 +274,40 @@ def _base(spec: str) -> str:
     return name if at and name in KERNELS else spec
 
 
-def arch_flag(arch: str | None, spec: str, device: str | None = "cpu", param: str = "--arch") -> str:
+def check_policy_target(spec: object, formats: tuple[str, ...], param: str = "target") -> None:
+    """Refuse, before any work, a built-in policy target (``flash:``, ``baseline:``, ``decode:POLICY``) whose
+    policy ``compare`` would refuse with inputs of ``formats`` (the audited dtypes); other names pass."""
+    if not isinstance(spec, str):
+        return
+    kind, sep, policy = spec.strip().partition(":")
+    if not sep:
+        return
+    if kind in reference.FAMILIES:
+        from attnum.numerics.policy import parse_policy
+
+        try:
+            parse_policy(policy)
+        except AttnumInputError as why:
+            raise AttnumInputError(f"{param}={spec.strip()!r} is not allowed: {why}") from None
+    elif kind == "decode":
+        serving.check_reference(policy, formats, param=param)
+
+
+def arch_flag(arch: str | None, spec: str, device: str | None = "cpu", param: str = "--arch",
+              numerics: str = "faithful") -> str:
     """The GPU a command's ``--arch`` names: sm90 when not given; given, only for a target whose Triton
-    kernels attnum interprets on this device (for any other it would change nothing, and say nothing)."""
+    kernels attnum interprets on this device, under a numerics with a tensor-core model (for any other it
+    would change nothing, and say nothing)."""
     from attnum.kernels.triton.tensor_core import DEFAULT_ARCH, check_arch
 
     if arch is None:
         return DEFAULT_ARCH
     arch = check_arch(arch)
+    if triton_interp.check_numerics(numerics) == "raw":
+        raise AttnumInputError(
+            f"{param}={arch} is not allowed with --numerics raw: raw is Triton's interpreter as it is, whose tl.dot "
+            "has no tensor-core model, so the architecture would change nothing; leave --arch out or use "
+            "--numerics faithful")
     if not interpreted_triton(str(spec), device):
         raise AttnumInputError(
             f"{param}={arch} is not allowed with target {str(spec)!r}: it names the tensor cores of Triton kernels "

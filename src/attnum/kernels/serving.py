@@ -198,6 +198,47 @@ class ServingTarget:
         return f"ServingTarget({self.name!r}, {'+'.join(['sdpa'] * (self._sdpa is not None) + parts)})"
 
 
+def reference_policy(policy: str, fmt: str) -> str:
+    """The policy ``decode:POLICY`` runs with ``fmt`` inputs: POLICY itself, or a POLICY naming no format
+    (``fa2,mma=sm90``) at ``fmt`` (``fa2:bf16,mma=sm90``)."""
+    from attnum.numerics.policy import NAMED
+
+    head = policy.split(",")[0]
+    if not (head.strip().lower() in NAMED and ":" not in head):
+        return policy
+    name, _, rest = policy.partition(",")
+    return f"{name}:{fmt}" + (f",{rest}" if rest else "")
+
+
+REFERENCE_FORMATS = ("bf16", "fp16", "fp32")  # the input formats a serving target is audited in
+
+
+def check_reference(policy: str, formats: tuple[str, ...] | None = None, param: str = "target") -> None:
+    """Refuse, before any work, a ``decode:POLICY`` that some of its paths could not run with inputs of
+    ``formats``: the policy at each format as ``compare`` parses it (an ``mma`` operand pair no instruction
+    takes, ...), and one the decode paths run (no low-bit scheme: those exist only as the prefill).
+    ``formats`` None: refused only when no format of :data:`REFERENCE_FORMATS` would run (the audited
+    dtypes are not known yet)."""
+    from attnum.attention.serving.decode import check_decodable
+    from attnum.errors import AttnumInputError
+    from attnum.numerics.policy import parse_policy
+
+    first = None
+    for fmt in formats or REFERENCE_FORMATS:
+        try:
+            check_decodable(parse_policy(reference_policy(policy, fmt), fmt))
+        except AttnumInputError as why:
+            at = "" if reference_policy(policy, fmt) == policy else f" at {fmt} inputs"
+            first = first or AttnumInputError(f"{param}='decode:{policy}'{at} is not allowed: {why}")
+            if formats is not None:
+                raise first from None
+            continue
+        if formats is None:
+            return
+    if first is not None:
+        raise first from None
+
+
 def reference(policy: str) -> ServingTarget:
     """attnum's emulation as a serving target: SDPA = ``flash:POLICY``, ``merge_state`` = attnum's merge
     in fp32 (natural base), ``decode`` = :func:`attnum.attention.serving.decode.decode_attention` (or the paged
@@ -207,18 +248,11 @@ def reference(policy: str) -> ServingTarget:
     from attnum.attention.serving.paged import paged_decode_attention
     from attnum.kernels.reference import family
     from attnum.numerics.formats import format_of_dtype
-    from attnum.numerics.policy import NAMED, parse_policy
-
-    head = policy.split(",")[0]
-    bare = head.strip().lower() in NAMED and ":" not in head
 
     def resolved(dtype: torch.dtype) -> str:
-        if not bare:
-            return policy
-        name, _, rest = policy.partition(",")
-        return f"{name}:{format_of_dtype(dtype).name}" + (f",{rest}" if rest else "")
+        return reference_policy(policy, format_of_dtype(dtype).name)
 
-    parse_policy(policy, "fp32")  # a bad policy fails here, not in the first probe
+    check_reference(policy)  # a bad policy fails here, not in the first probe
 
     def sdpa(query, key, value, **kw):
         return family("flash", resolved(query.dtype))(query, key, value, **kw)

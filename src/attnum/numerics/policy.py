@@ -118,12 +118,12 @@ class Policy:
                                        "of log2 units (FA4: 8.0), or none")
             object.__setattr__(self, "rescale_threshold", float(t))
         if self.mma is not None:
-            from attnum.numerics.mma.sites import check_arch, operand_dtype
+            from attnum.numerics.mma.sites import check_arch, operand_dtypes
 
             object.__setattr__(self, "mma", check_arch(self.mma, param="policy.mma"))
-            if self.mma is not None:
-                for site in ("inputs", "probs"):
-                    operand_dtype(getattr(self, site), site=site)
+            if self.mma is not None:  # the two products' operand pairs: Q K^T (and dO V^T), P V (and dS K)
+                operand_dtypes(self.inputs, self.inputs, arch=self.mma)
+                operand_dtypes(self.probs, self.inputs, arch=self.mma, a_site="probs")
 
     @functools.cached_property  # frozen: computed once per policy (asked for on every tile)
     def carrier(self) -> torch.dtype:

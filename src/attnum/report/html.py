@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import sys
 from pathlib import Path
 
 from attnum.console.progress import Activity
@@ -49,7 +50,7 @@ def write_report(out_dir: str | Path) -> Path:
     """Draw the figures and write ``out_dir/report.html``; returns its path."""
     out_dir = Path(out_dir)
     with open_store(out_dir) as store:
-        rows = store.rows(status=None)
+        rows = _readable(store.rows(status=None), store.path)
         meta, envs, runs, counts = store.meta(), store.environments(), store.runs(), store.counts()
         spec = store.spec()
     check_output(out_dir / "report.html", "report.html")  # a folder of that name: one line, before drawing
@@ -101,6 +102,22 @@ def write_report(out_dir: str | Path) -> Path:
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnum report</title>"
             f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_CHECK_SCRIPT}</script></body></html>")
     return write_atomic(out_dir / "report.html", page)  # a temp file renamed into place: never half written
+
+
+def _readable(rows: list[Row], path) -> list[Row]:
+    """The rows whose config their kind can read (:func:`attnum.sweep.registry.readable_config`), configs
+    completed; each other one named on stderr and left out, as the store skips a row of the wrong shape
+    (a store written by hand must not end the report in a traceback)."""
+    from attnum.sweep.registry import UnreadableRow, readable_config
+
+    out = []
+    for r in rows:
+        try:
+            out.append({**r, "config": readable_config(r)})
+        except UnreadableRow as why:
+            print(f"attnum: warning: {path}: row (key {str(r.get('key'))[:80]!r}): {why}; row skipped",
+                  file=sys.stderr)
+    return out
 
 
 def _failed_table(rows: list[Row]) -> str:

@@ -40,6 +40,23 @@ class WrongOutput(Exception):
     shape, dtype and device): a failure of the case, whatever its values."""
 
 
+def plain_tensor(x: torch.Tensor) -> torch.Tensor | None:
+    """``x`` as a tensor of torch's own class with the values in its storage, or None when it holds none.
+
+    A subclass with ``__torch_function__`` sees every operation on it: the same storage as a plain
+    ``torch.Tensor`` (autograd kept) no longer does, so what attnum computes on an output is torch's
+    arithmetic, not the subclass's (a target returning one cannot make ``out - golden`` zero). A
+    ``__torch_dispatch__`` subclass (its values are whatever its handler says), a sparse, nested or other
+    non-strided layout: None, a wrong output."""
+    if type(x) is not torch.Tensor:
+        with torch._C.DisableTorchFunctionSubclass():
+            x = torch.Tensor.as_subclass(x, torch.Tensor)
+    if type(x) is not torch.Tensor or x.layout != torch.strided or x.is_nested \
+            or torch._C._dispatch_keys(x).has(torch._C.DispatchKey.Python):
+        return None
+    return x
+
+
 def _tensor_bytes(t: torch.Tensor) -> bytes:
     t = t.detach().to("cpu").contiguous()
     return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
@@ -53,6 +70,10 @@ def encode(msg: dict) -> bytes:
         if depth > MAX_DEPTH:
             return {"$obj": "TooDeep"}
         if isinstance(x, torch.Tensor):
+            plain = plain_tensor(x) if x.device.type != "meta" else x
+            if plain is None:  # values the sender's torch does not hold: not data (the receiver refuses it)
+                return {"$obj": f"Tensor_{type(x).__name__}_{str(x.layout).removeprefix('torch.')}"}
+            x = plain
             if str(x.dtype).removeprefix("torch.") not in DTYPES:
                 return {"$obj": f"Tensor_{str(x.dtype).removeprefix('torch.')}"}
             if x.device.type == "meta":  # no data: its shape, dtype and device are all there is

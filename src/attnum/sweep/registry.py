@@ -61,11 +61,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnum.errors import AttnumEnvironmentError, bad_value
+from attnum.errors import AttnumEnvironmentError, AttnumInputError, bad_value
 
 VERDICTS = ("holds", "does not hold", "not tested", "holds by construction", "mixed")
 DEFAULT_KIND = "compare"  # what a spec entry or stored config without ``kind`` is (stores from before kinds)
@@ -184,12 +185,31 @@ def families() -> tuple[Family, ...]:
     from importlib.metadata import entry_points
 
     found: dict[str, Family] = {}
+    source: dict[str, tuple[str, str]] = {}  # name -> (entry point value, how to name it)
     for ep in entry_points(group=ENTRY_POINTS):
-        if ep.name in found:
-            continue  # one distribution seen twice on the path
-        family = ep.load()
+        where = f"{ep.name} = {ep.value} (distribution {_dist(ep)})"
+        if ep.name in source:
+            if ep.value == source[ep.name][0]:
+                continue  # one distribution seen twice on the path
+            # a second package claiming a family's name would run its own code under that name: refused,
+            # whichever comes first on the path (it would silently win)
+            raise AttnumEnvironmentError(f"study family {ep.name!r} is registered twice (entry-point group "
+                                         f"{ENTRY_POINTS!r}): {source[ep.name][1]} and {where}; uninstall one")
+        source[ep.name] = (ep.value, where)
+        # An entry point that yields no Family of its name claims nothing: it is left out, said once on
+        # stderr (a package's broken import, or an install whose metadata is ahead of its source tree, must
+        # not stop every command), and the families that load run as they are.
+        try:
+            family = ep.load()
+        except Exception as why:  # noqa: BLE001 - any failure of a package's import is that package's
+            _left_out(f"{where} cannot be loaded ({type(why).__name__}: "
+                      f"{str(why).splitlines()[0][:160] if str(why) else 'no message'})")
+            continue
         if not isinstance(family, Family) or family.name != ep.name:
-            raise ValueError(f"entry point {ep.name} = {ep.value!r} must be a Family named {ep.name!r}")
+            _left_out(f"{where} is {type(family).__name__}"
+                      f"{' named ' + repr(family.name) if isinstance(family, Family) else ''}, not a Family named "
+                      f"{ep.name!r}")
+            continue
         found[ep.name] = family
     if not found:
         raise AttnumEnvironmentError(f"no study family is registered (entry-point group {ENTRY_POINTS!r} of the "
@@ -197,15 +217,32 @@ def families() -> tuple[Family, ...]:
     return tuple(sorted(found.values(), key=lambda f: (f.order, f.name)))
 
 
+def _left_out(what: str) -> None:
+    print(f"attnum: warning: study family entry point {what}; left out (fix or uninstall that package; for "
+          "attnum's own, reinstall it: pip install -e .)", file=sys.stderr)
+
+
+def _dist(ep) -> str:
+    """The distribution an entry point comes from, as ``name version`` (``?`` when unknown)."""
+    dist = getattr(ep, "dist", None)
+    try:
+        return f"{dist.metadata['Name']} {dist.version}" if dist is not None else "?"
+    except Exception:  # noqa: BLE001 - metadata written by hand: the name is only for the message
+        return "?"
+
+
 @functools.cache
 def kinds() -> dict[str, StudyKind]:
     """{kind name: StudyKind} over every family; a name registered twice is a bug."""
     out: dict[str, StudyKind] = {}
+    owner: dict[str, str] = {}
     for family in families():
         for kind in family.kinds:
-            if kind.name in out:
-                raise ValueError(f"kind {kind.name!r} is registered twice (family {family.name!r})")
-            out[kind.name] = kind
+            if kind.name in out:  # two families would each run (and store) points of one kind
+                raise AttnumEnvironmentError(f"kind {kind.name!r} is registered twice: by study family "
+                                             f"{owner[kind.name]!r} and by {family.name!r}; uninstall the package "
+                                             "of one (entry-point group 'attnum.families')")
+            out[kind.name], owner[kind.name] = kind, family.name
     return out
 
 
@@ -221,6 +258,36 @@ def get_kind(name: str | None) -> StudyKind:
 def point_from_config(config: dict[str, Any]) -> Any:
     """The point a stored config describes, whatever its kind."""
     return get_kind(config.get("kind")).point(config)
+
+
+_UNREADABLE = (AttnumInputError, TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
+class UnreadableRow(ValueError):
+    """A stored row whose config its kind cannot read (:func:`readable_config`)."""
+
+
+def readable_config(row: Row) -> dict[str, Any]:
+    """A stored row's config as its kind reads it: the point it describes must rebuild (every value of the
+    type its field takes: a store written by hand may hold ``"mma": ["sm80"]``), and the fields it leaves
+    out are filled with the point's (its defaults); the values it holds are kept as stored. A row of a kind
+    no installed family registers is returned as it is (no family reads it). :class:`UnreadableRow` saying
+    what is wrong otherwise (an error of the registry itself, e.g. a family registered twice, is raised as it is)."""
+    config = row.get("config")
+    kind = row.get("kind")
+    if not isinstance(config, dict) or kind not in kinds():
+        return config
+    if config.get("kind", kind) != kind:
+        raise UnreadableRow(f"config kind {config.get('kind')!r} is not the row's kind {kind!r}")
+    try:
+        point = kinds()[kind].point({**config, "kind": kind})
+        full = point.config()
+    except AttnumEnvironmentError:
+        raise
+    except _UNREADABLE as why:
+        raise UnreadableRow(f"config does not describe a {kind} point ({type(why).__name__}: "
+                         f"{str(why).splitlines()[0][:160] if str(why) else 'no message'})") from None
+    return {**full, **config}
 
 
 def axis_checks() -> dict[str, AxisCheck]:

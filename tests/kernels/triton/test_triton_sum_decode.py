@@ -117,6 +117,72 @@ def test_bad_input_names_the_parameter():
         sum_decode(q, k, v, bounds=((5, 5),))
 
 
+@pytest.mark.parametrize("name, call", [
+    ("k/v", lambda q, k, v: sum_decode(q[..., :0], k[..., :0], v, bounds=((0, 10),))),  # d = 0 (once 1 / 0)
+    ("k/v", lambda q, k, v: sum_decode(q, k, v[..., :0], bounds=((0, 10),))),  # dv = 0
+    ("bounds", lambda q, k, v: sum_decode(q, k, v, bounds=((0.0, 10.0),))),  # once an IndexError
+    ("bounds", lambda q, k, v: sum_decode(q, k, v, bounds=((0, 5, 10),))),  # once a ValueError (unpacking)
+    ("bounds", lambda q, k, v: sum_decode(q, k, v, bounds=5)),
+    ("bounds", lambda q, k, v: sum_decode(q, k, v, bounds=[(True, 10)])),
+    ("block_k", lambda q, k, v: sum_decode(q, k, v, bounds=((0, 10),), block_k=64.0)),
+    ("q", lambda q, k, v: sum_decode(q.to("meta"), k, v, bounds=((0, 10),))),
+    ("k", lambda q, k, v: sum_decode(q, k.to_sparse(), v, bounds=((0, 10),))),
+    ("k/v", lambda q, k, v: sum_decode(q, k.half(), v, bounds=((0, 10),))),  # once rounded to q's format
+    ("scale", lambda q, k, v: sum_decode(q, k, v, bounds=((0, 10),), scale=float("nan"))),
+    ("bounds", lambda q, k, v: sum_decode_reference(q, k, v, bounds=((0, 5, 10),))),
+    ("k/v", lambda q, k, v: sum_decode_reference(q[..., :0], k[..., :0], v, bounds=((0, 10),))),
+])
+def test_every_bad_argument_is_one_input_error_naming_it(name, call):
+    q, k, v = (t.float() for t in _inputs(10, 1, 8, 8, seed=0))
+    with pytest.raises(AttnumInputError, match=f"^{name}=") as err:
+        call(q, k, v)
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_a_tile_longer_than_the_keys_costs_the_keys_memory_and_keeps_the_bits():
+    """block_k = 10**5 on S = 100 keys: the same bits as the plain reference, which holds whole tiles, with
+    the tile held only as long as the live keys (once: (B H, splits, block_k, D) arrays, ~60 MB here and
+    1.37 GB at block_k = 10**6, 23 GB at 10**9)."""
+    import tracemalloc
+
+    q, k, v = (t.to(torch.bfloat16) for t in _inputs(100, 2, 16, 16, seed=3))
+    bounds = ((0, 37), (37, 100))
+    ref = sum_decode_reference(q, k, v, bounds=bounds, block_k=10**5)
+    tracemalloc.start()  # numpy reports its allocations to tracemalloc
+    try:
+        fast = sum_decode(q, k, v, bounds=bounds, block_k=10**5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert torch.equal(fast.view(-1).double(), ref.view(-1).double())
+    tile_bytes = 10**5 * (16 + 16) * 4  # one whole float32 K and V tile of one row and split
+    assert peak < tile_bytes / 4, peak
+    huge = sum_decode(q, k, v, bounds=bounds, block_k=10**9)  # in the memory of 100 keys
+    assert huge.shape == (1, 2, 1, 16) and bool(huge.isfinite().all())
+
+
+@pytest.mark.parametrize("n_live, n", [(1, 9), (7, 8), (100, 128), (100, 129), (129, 1000), (300, 8193),
+                                       (1000, 70001), (100, 10**6)])
+def test_the_padded_pairwise_sum_is_numpys_sum_of_the_padded_tile(n_live, n):
+    import numpy as np
+
+    from attnum.kernels.triton.np_ops import sum_padded
+
+    x = np.abs(np.random.default_rng(n).standard_normal((3, n_live))).astype(np.float32) * np.float32(1.3)
+    full = np.zeros((3, n), np.float32)
+    full[:, :n_live] = x
+    assert np.array_equal(np.sum(full, axis=-1, dtype=np.float32).view(np.int32),
+                          np.asarray(sum_padded(x, n), np.float32).view(np.int32))
+
+
+def test_too_many_splits_to_merge_are_refused_before_anything_is_allocated():
+    q, k, v = (t.float() for t in _inputs(10, 1, 8, 64, seed=0))
+    with pytest.raises(AttnumInputError, match="^bounds=.*non-empty splits"):
+        sum_decode(q, k, v, bounds=[(0, 10)] * ((1 << 27) // 64 + 1))
+    with pytest.raises(AttnumInputError, match="^block_k="):  # the plain reference holds whole tiles
+        sum_decode_reference(q, k, v, bounds=((0, 10),), block_k=10**6)
+
+
 def test_the_family_names_itself():
     f = SumDecode("bf16", fused=False)
     assert f.spec() == "tl-sum-decode:bf16,no-fp-fusion" and f.sites()["out"] == "bf16"

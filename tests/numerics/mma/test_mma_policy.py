@@ -19,13 +19,16 @@ def test_policy_parses_mma_and_its_aliases():
     assert p.mma == "sm90" and p.matmul_mode == "mma" and p.name == "fa2:bf16,mma=sm90"
     assert p.carrier == torch.float32 and p.describe()["mma"] == "sm90"
     assert parse_policy("fa2:bf16,mma=hopper").mma == "sm90"
-    assert parse_policy("fa2:e4m3fn,mma=ampere").mma == "sm80"
+    assert parse_policy("fa2:e4m3fn,mma=ada").mma == "sm89"
     assert parse_policy("fa2:bf16,mma=none").mma is None
     assert parse_policy("fa2:bf16").mma is None and "mma" not in parse_policy("fa2:bf16").describe()
 
 
 @pytest.mark.parametrize("spec,word", [("fa2:bf16,mma=sm99", "mma"), ("fa2:bf16,mma=7", "mma"),
-                                       ("fa2:fp64,mma=sm90", "inputs")])
+                                       ("fa2:fp64,mma=sm90", "inputs"),
+                                       # an operand type the architecture has no instruction for (issue 42)
+                                       ("fa2:bf16,mma=sm70", "sm70"), ("fa2:e4m3fn,mma=ampere", "sm80"),
+                                       ("fa2:fp32,mma=turing", "tf32")])
 def test_bad_mma_is_one_input_error_naming_it(spec, word):
     with pytest.raises(AttnumInputError, match=word) as err:
         parse_policy(spec)

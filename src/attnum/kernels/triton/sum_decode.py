@@ -23,6 +23,15 @@ product when both operands are products. The head dimension is padded with zeros
 2 and the last tile of a split to ``block_k`` keys, as the kernels' ``BLOCK_DMODEL`` and masked loads
 do: the zeros take part in the sums' order.
 
+Memory is sized before it is allocated. A tile is held only as long as the longest split's live keys
+(``min(block_k, j1 - j0)``): the masked keys past them are zeros, which add nothing to the key-after-key
+P V sum (one ``+ 0`` turns a -0 into +0, and is kept) and whose place in numpy's pairwise sum of P is
+replayed without them (:func:`_sum_padded`), so ``block_k = 10**9`` on 100 keys is the arithmetic of
+``block_k = 10**9``, in the memory of 100 keys. Rows and splits are independent until the merge, so they
+run in groups of at most :data:`STEP_ELEMS` tile elements. What is left is the caller's: the split
+outputs (B H, splits, dv) beyond :data:`MAX_ELEMS` are refused in one line, and the plain reference,
+which holds whole ``block_k`` tiles as the kernels do, refuses a tile past :data:`STEP_ELEMS`.
+
 ``sum_decode_reference`` has the same signature and is the plain mirror of one program per (batch,
 head), element for element as the kernels are written; :func:`sum_decode` computes every head at once.
 Both return the same bits (tests/kernels/triton/test_triton_sum_decode.py). A GPU's ``tl.sum`` reduces in its layout's
@@ -40,12 +49,22 @@ import numpy as np
 import torch
 
 from attnum.errors import bad_value
-from attnum.kernels.triton.model import exp as exp32
 from attnum.kernels.triton.model import tree_sum
+from attnum.kernels.triton.np_ops import exp_f32 as _exp
+from attnum.kernels.triton.np_ops import log_f32 as _log
+from attnum.kernels.triton.np_ops import mul_add as _mul_add
+from attnum.kernels.triton.np_ops import mul_round as _mul
+from attnum.kernels.triton.np_ops import sum_padded as _sum_padded
+from attnum.kernels.triton.np_ops import tl_sum_last as _tl_sum_last
 from attnum.numerics.formats import format_of_dtype
 from attnum.numerics.rounding import round_to
 
 _F32 = np.float32
+STEP_ELEMS = 1 << 22
+"""Tile elements (rows x splits x keys x (D + DV)) one step of :func:`sum_decode` holds (about 40 bytes
+each with the float64 temporaries of a 16-bit format's products: ~170 MB)."""
+MAX_ELEMS = 1 << 27
+"""Elements of the split outputs (B H x splits x dv, float32) :func:`sum_decode` keeps for the merge."""
 
 
 @dataclass(frozen=True)
@@ -76,22 +95,40 @@ class SumDecode:
         }
 
 
-def _check(q_BHNd, k_BHSd, v_BHSd, bounds, block_k) -> str:
-    if q_BHNd.dim() != 4 or q_BHNd.shape[2] != 1:
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _check(q_BHNd, k_BHSd, v_BHSd, bounds, block_k) -> tuple[str, list[tuple[int, int]]]:
+    """(the input format, the bounds as int pairs); an AttnumInputError naming the first bad argument."""
+    for name, x in (("q", q_BHNd), ("k", k_BHSd), ("v", v_BHSd)):
+        if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_meta or x.dim() != 4:
+            raise bad_value(name, x if not isinstance(x, torch.Tensor) else f"{x.layout} {x.device} "
+                            f"{tuple(x.shape)}", "a dense 4-d torch.Tensor with values (B, H, S, d)")
+    if q_BHNd.shape[2] != 1:
         raise bad_value("q", tuple(q_BHNd.shape), "(B, H, 1, d): one query per sequence")
     if k_BHSd.shape[:2] != q_BHNd.shape[:2] or v_BHSd.shape[:3] != k_BHSd.shape[:3] \
-            or k_BHSd.shape[-1] != q_BHNd.shape[-1]:
-        raise bad_value("k/v", (tuple(k_BHSd.shape), tuple(v_BHSd.shape)), "(B, H, S, d) and (B, H, S, dv)")
-    if isinstance(block_k, bool) or not isinstance(block_k, int) or block_k < 1:
+            or k_BHSd.shape[-1] != q_BHNd.shape[-1] or min(q_BHNd.shape[-1], v_BHSd.shape[-1]) < 1:
+        raise bad_value("k/v", (tuple(k_BHSd.shape), tuple(v_BHSd.shape)),
+                        "(B, H, S, d) and (B, H, S, dv) with q's B, H and d, and d, dv >= 1")
+    if not _is_int(block_k) or block_k < 1:
         raise bad_value("block_k", block_k, "a positive integer")
     S = k_BHSd.shape[2]
-    if any(not (0 <= j0 and 0 <= j1 <= S) for j0, j1 in bounds):
-        raise bad_value("bounds", bounds, f"key ranges (j0, j1) with 0 <= j0 and 0 <= j1 <= S = {S} "
-                                          "(j1 <= j0: an empty split, skipped)")
-    fmt = format_of_dtype(q_BHNd.dtype).name
+    allowed = f"key ranges (j0, j1) of integers with 0 <= j0 and 0 <= j1 <= S = {S} (j1 <= j0: an empty split, skipped)"
+    try:
+        pairs = list(bounds)
+    except TypeError:
+        raise bad_value("bounds", bounds, allowed) from None
+    for pair in pairs:
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2 \
+                or not all(_is_int(j) for j in pair) or not (0 <= pair[0] and 0 <= pair[1] <= S):
+            raise bad_value("bounds", bounds if len(repr(bounds)) < 200 else f"{pair!r} among them", allowed)
+    fmt = format_of_dtype(q_BHNd.dtype).name if q_BHNd.is_floating_point() else None
     if fmt not in ("bf16", "fp16", "fp32"):
         raise bad_value("q", q_BHNd.dtype, "bfloat16, float16 or float32")
-    return fmt
+    if k_BHSd.dtype != q_BHNd.dtype or v_BHSd.dtype != q_BHNd.dtype:  # the kernels load one dtype
+        raise bad_value("k/v", (k_BHSd.dtype, v_BHSd.dtype), f"q's dtype {q_BHNd.dtype}")
+    return fmt, [(int(a), int(b)) for a, b in pairs]
 
 
 def _padded(x_BHSd: torch.Tensor, fmt: str) -> np.ndarray:
@@ -103,61 +140,19 @@ def _padded(x_BHSd: torch.Tensor, fmt: str) -> np.ndarray:
     return out
 
 
-def _tl_sum_last(x: np.ndarray, fmt: str) -> np.ndarray:
-    """``tl.sum(x, -1)`` under the model: x holds ``fmt`` values (float32 carrier)."""
-    if fmt == "fp32":
-        return np.sum(np.ascontiguousarray(x, _F32), axis=-1, dtype=_F32)
-    return tree_sum(torch.from_numpy(x), x.ndim - 1, fmt).numpy()
-
-
-def _mul(a, b, fmt: str) -> np.ndarray:
-    """An element-wise product of ``fmt`` values, rounded to ``fmt``."""
-    if fmt == "fp32":
-        return np.multiply(a, b, dtype=_F32)
-    return round_to(torch.from_numpy(np.asarray(a, np.float64) * np.asarray(b, np.float64)), fmt).float().numpy()
-
-
-def _mul_add(a, b, c, fused: bool) -> np.ndarray:
-    """fp32 ``a * b + c``: one fma with FP fusion (:func:`attnum.numerics.fma.fma_round`'s algorithm in
-    numpy: the exact float64 product, a TwoSum, the sum rounded to odd, then one rounding to fp32),
-    else the product rounded first."""
-    if not fused:
-        return np.add(np.multiply(a, b, dtype=_F32), c, dtype=_F32)
-    a, b, c = (np.asarray(x, np.float64) for x in (a, b, c))
-    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf: NaN, as IEEE has it
-        p = a * b
-        s = p + c
-        bb = s - p
-        e = (p - (s - bb)) + (c - bb)
-    bits = np.abs(s).view(np.int64)
-    away = (e != 0) & ((e > 0) == (s > 0))
-    toward = (e != 0) & ~away
-    even = (bits & 1) == 0
-    bits = np.where(away & even, bits + 1, np.where(toward & even, bits - 1, bits))
-    s_odd = np.copysign(bits.view(np.float64), s)
-    return np.where(np.isfinite(s), s_odd, s).astype(_F32)
-
-
-def _exp(x) -> np.ndarray:
-    return exp32(torch.from_numpy(np.asarray(x, _F32))).float().numpy()
-
-
-def _log(x: np.ndarray) -> np.ndarray:
-    """numpy's float32 log, one value at a time (as each program calls it on its own scalar)."""
-    return np.array([np.log(_F32(t)) for t in np.asarray(x, _F32).reshape(-1)], _F32).reshape(np.shape(x))
-
-
 def _splits(qf, kf, vf, ranges, block_k, sm, fmt, fused):
     """Every non-empty split of every row at once, tile t of each split in one step: (acc / l (R, P, DV),
-    lse (R, P)) in fp32. A split with fewer tiles keeps its state in the steps after its last one."""
+    lse (R, P)) in fp32. A split with fewer tiles keeps its state in the steps after its last one.
+    Tiles are held ``bk = min(block_k, longest split)`` keys long (module docstring)."""
     R, P, DV = qf.shape[0], len(ranges), vf.shape[-1]
     j0 = np.array([a for a, _ in ranges])
     n_keys = np.array([b - a for a, b in ranges])
+    bk = min(block_k, int(n_keys.max()))
     m = np.full((R, P), -np.inf, _F32)
     l_ = np.zeros((R, P), _F32)
     acc = np.zeros((R, P, DV), _F32)
     for t in range(-(-int(n_keys.max()) // block_k)):
-        off = t * block_k + np.arange(block_k)  # (bk,) key offsets inside the splits
+        off = t * block_k + np.arange(bk)  # (bk,) key offsets inside the splits
         live = off[None, :] < n_keys[:, None]  # (P, bk)
         idx = np.where(live, j0[:, None] + off[None, :], 0)
         k_t = np.where(live[None, :, :, None], kf[:, idx], _F32(0))  # (R, P, bk, D)
@@ -170,10 +165,12 @@ def _splits(qf, kf, vf, ranges, block_k, sm, fmt, fused):
         p = _exp(qk - m_new[..., None])
         pv = np.multiply(p[..., None], v_t, dtype=_F32)
         s = pv[:, :, 0].copy()
-        for j in range(1, block_k):  # tl.sum over the tile's rows: numpy adds row after row
+        for j in range(1, bk):  # tl.sum over the tile's rows: numpy adds row after row
             s = np.add(s, pv[:, :, j], dtype=_F32)
+        if bk < block_k:  # the masked rows past bk: + 0 each, of which only the first can change a bit (-0)
+            s = np.add(s, _F32(0), dtype=_F32)
         acc = np.where(step[None, :, None], _mul_add(acc, r[..., None], s, fused), acc)
-        l_ = np.where(step[None], _mul_add(l_, r, _tl_sum_last(p, "fp32"), fused), l_)
+        l_ = np.where(step[None], _mul_add(l_, r, _sum_padded(p, block_k), fused), l_)
         m = m_new
     return np.divide(acc, l_[..., None], dtype=_F32), np.add(m, _log(l_), dtype=_F32)
 
@@ -203,27 +200,54 @@ def sum_decode(q_BHNd: torch.Tensor, k_BHSd: torch.Tensor, v_BHSd: torch.Tensor,
     empty ones (j1 <= j0) are skipped, as the kernels skip them. ``scale``: 1 / sqrt(d) by default (rounded to
     fp32, as the kernels pass it). ``fused``: Triton's FP fusion (on by default on NVIDIA).
     Returns (B, H, 1, dv) in q's dtype."""
-    fmt = _check(q_BHNd, k_BHSd, v_BHSd, bounds, block_k)
+    fmt, bounds = _check(q_BHNd, k_BHSd, v_BHSd, bounds, block_k)
     B, H, _, d = q_BHNd.shape
     dv = v_BHSd.shape[-1]
-    sm = _F32(1.0 / math.sqrt(d) if scale is None else scale)
-    qf = _padded(q_BHNd, fmt)[:, 0]
-    kf, vf = _padded(k_BHSd, fmt), _padded(v_BHSd, fmt)
+    sm = _scale(scale, d)
     ranges = [(j0, j1) for j0, j1 in bounds if j1 > j0]
     if not ranges:
         raise bad_value("bounds", bounds, "at least one non-empty key range")
-    o = _merge(*_splits(qf, kf, vf, ranges, block_k, sm, fmt, fused), fused)[:, :dv]
+    R, P, D = B * H, len(ranges), 1 << max(d - 1, 0).bit_length()
+    DV = 1 << max(dv - 1, 0).bit_length()
+    if R * P * DV > MAX_ELEMS:
+        raise bad_value("bounds", f"{P} non-empty splits", f"at most {MAX_ELEMS // max(1, R * DV)} for B H = {R} "
+                        f"rows of dv = {dv} (the split outputs kept for the merge are capped at {MAX_ELEMS} elements)")
+    qf = _padded(q_BHNd, fmt)[:, 0]
+    kf, vf = _padded(k_BHSd, fmt), _padded(v_BHSd, fmt)
+    # rows and splits in groups whose tiles hold at most STEP_ELEMS elements (independent until the merge)
+    per = min(block_k, max(b - a for a, b in ranges)) * (D + DV)
+    n_p = max(1, min(P, STEP_ELEMS // per))
+    n_r = max(1, min(R, STEP_ELEMS // (per * n_p)))
+    o = np.empty((R, P, DV), _F32)
+    lse = np.empty((R, P), _F32)
+    for r0 in range(0, R, n_r):
+        for p0 in range(0, P, n_p):
+            rows, cut = slice(r0, r0 + n_r), slice(p0, p0 + n_p)
+            o[rows, cut], lse[rows, cut] = _splits(qf[rows], kf[rows], vf[rows], ranges[cut], block_k, sm, fmt, fused)
+    o = _merge(o, lse, fused)[:, :dv]
     return round_to(torch.from_numpy(o).double(), fmt).to(q_BHNd.dtype).reshape(B, H, 1, dv)
+
+
+def _scale(scale, d: int) -> np.float32:
+    if scale is None:
+        return _F32(1.0 / math.sqrt(d))
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
+        raise bad_value("scale", scale, "a finite number, or None for 1 / sqrt(d)")
+    return _F32(scale)
 
 
 def sum_decode_reference(q_BHNd: torch.Tensor, k_BHSd: torch.Tensor, v_BHSd: torch.Tensor, *, bounds,
                          block_k: int = 64, scale: float | None = None, fused: bool = True) -> torch.Tensor:
     """:func:`sum_decode`, one program per (batch, head, split) as the kernels are written: plain numpy
     on 1-d and 2-d arrays, ``numpy.sum`` where they call ``tl.sum`` on fp32."""
-    fmt = _check(q_BHNd, k_BHSd, v_BHSd, bounds, block_k)
+    fmt, bounds = _check(q_BHNd, k_BHSd, v_BHSd, bounds, block_k)
     B, H, _, d = q_BHNd.shape
     dv = v_BHSd.shape[-1]
-    sm = _F32(1.0 / math.sqrt(d) if scale is None else scale)
+    sm = _scale(scale, d)
+    width = (1 << max(d - 1, 0).bit_length()) + (1 << max(dv - 1, 0).bit_length())
+    if block_k * width > STEP_ELEMS:  # whole tiles, as the kernels hold them
+        raise bad_value("block_k", block_k, f"at most {STEP_ELEMS // width} for the plain reference at d = {d}, "
+                        f"dv = {dv} (it holds whole tiles; sum_decode holds only the live keys)")
     Q, K, V = _padded(q_BHNd, fmt)[:, 0], _padded(k_BHSd, fmt), _padded(v_BHSd, fmt)
     out = np.zeros((B * H, dv), _F32)
 

@@ -83,6 +83,53 @@ def _values(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64)
 
 
+def check_dense(**tensors) -> None:
+    """Each of ``tensors`` (name=value; None allowed) a dense torch.Tensor holding values: a sparse, nested or
+    meta tensor (no values to read) is an AttnumInputError naming it, before anything moves or is read."""
+    for name, x in tensors.items():
+        if x is None or not isinstance(x, torch.Tensor):
+            continue  # None, or not a tensor at all: the callers' own checks name what is expected
+        if x.layout != torch.strided or x.is_nested or x.is_meta:
+            kind = "nested" if x.is_nested else ("meta" if x.is_meta else str(x.layout).replace("torch.", ""))
+            raise AttnumInputError(f"{name}={kind} tensor is not allowed; expected a dense (strided) torch.Tensor "
+                                   "with values on a real device")
+
+
+def batch_shape(**shapes: tuple[int, ...]) -> torch.Size:
+    """The broadcast of the operands' batch dimensions (all but the last two of each of ``shapes``, name=shape),
+    or an AttnumInputError naming the shapes."""
+    try:
+        return torch.broadcast_shapes(*(tuple(s)[:-2] for s in shapes.values()))
+    except RuntimeError:
+        named = ", ".join(f"{n}.shape={tuple(s)}" for n, s in shapes.items())
+        raise AttnumInputError(f"{named} is not allowed: their batch dimensions do not broadcast; expected leading "
+                               "dimensions that broadcast (as torch.matmul's)") from None
+
+
+MAX_WORK_BYTES = 4 << 30
+"""What one call may hold beside its inputs: the operands broadcast to the batch as float64 values with
+their int32 exponents, and the float64 accumulator and output (a stride-0 ``expand`` of a small tensor
+asks for all of it). Past it, one line; the batch in slices gives the same bits."""
+
+
+def check_work(batch, M: int, Kp: int, N: int, **operands: torch.Tensor) -> None:
+    """Refuse, before anything is allocated, a product whose working set exceeds :data:`MAX_WORK_BYTES`."""
+    nb = math.prod(batch)
+    need = nb * (M * Kp + Kp * N) * (8 + 4) + nb * M * N * (8 + 8 + 4)
+    if need > MAX_WORK_BYTES:
+        named = ", ".join(f"{n}.shape={tuple(x.shape)}" for n, x in operands.items())
+        raise AttnumInputError(f"{named} is not allowed: broadcast to the batch {tuple(batch)} the product would "
+                               f"hold {need / 2**30:.1f} GiB of float64 values (at most {MAX_WORK_BYTES / 2**30:g} "
+                               "GiB); expected a smaller batch (slices of it give the same bits)")
+
+
+def operand_kind(dtype: torch.dtype) -> str:
+    """The instruction kind (:data:`attnum.numerics.mma.arch.OPERAND_KINDS`) that reads operands of ``dtype``."""
+    if dtype not in _KIND_OF_DTYPE:
+        raise AttnumInputError(f"dtype={dtype} is not allowed; expected one of {list(_KIND_OF_DTYPE)}")
+    return _KIND_OF_DTYPE[dtype]
+
+
 def _kind(a: torch.Tensor, b: torch.Tensor) -> str:
     allowed = "torch.float16, bfloat16, float32 (TF32), float8_e4m3fn, float8_e5m2 (or the fnuz FP8s, cdna3)"
     for name, x in (("a", a), ("b", b)):
@@ -115,22 +162,24 @@ def _prepare(a, b, c, arch, out_format):
     if K != K2 or K < 1:
         raise AttnumInputError(f"b.shape={tuple(b.shape)} is not allowed with a.shape={tuple(a.shape)}; expected "
                                "(..., K, N) with the same K >= 1 as a's (..., M, K)")
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = batch_shape(a=a.shape, b=b.shape)
     dtype = _OUT[out_format][0]
-    if c is None:
-        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
-    else:
+    if c is not None:
         if not isinstance(c, torch.Tensor) or not c.is_floating_point():
-            raise AttnumInputError(f"c={type(c).__name__} is not allowed; expected None or a float torch.Tensor")
+            what = c.dtype if isinstance(c, torch.Tensor) else type(c).__name__
+            raise AttnumInputError(f"c={what} is not allowed; expected None or a float torch.Tensor")
         try:
             batch = torch.broadcast_shapes(batch, c.shape[:-2]) if c.dim() >= 2 else batch
             cb = c.detach().broadcast_to((*batch, M, N))
         except RuntimeError:
             raise AttnumInputError(f"c.shape={tuple(c.shape)} is not allowed; expected broadcastable to "
                                    f"{(*batch, M, N)}") from None
-        # c is held in the output format: a c of another dtype is rounded to it once (nearest even)
-        c64 = cb.to(torch.float64) if c.dtype == dtype else round_to(cb.to(torch.float64), out_format)
     pad = (-K) % inst.k  # a partial last instruction reads zeros, as a kernel's padded tile
+    check_work(batch, M, K + pad, N, a=a, b=b)
+    if c is None:
+        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
+    else:  # c is held in the output format: a c of another dtype is rounded to it once (nearest even)
+        c64 = cb.to(torch.float64) if c.dtype == dtype else round_to(cb.to(torch.float64), out_format)
     av, bv = _values(a), _values(b)
     if pad:
         av, bv = torch.nn.functional.pad(av, (0, pad)), torch.nn.functional.pad(bv, (0, 0, 0, pad))
@@ -156,6 +205,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, a
     Returns (..., M, N) float32 (``out_format="fp32"``) or float16 (``"fp16"``, where the instruction has
     an fp16 accumulator), on a's device (the arithmetic itself runs on the CPU). An operand type or output the architecture lacks is an AttnumInputError naming
     what it has."""
+    check_dense(a=a, b=b, c=c)
     on = [x.device for x in (a, b, c) if isinstance(x, torch.Tensor) and x.device.type != "cpu"]
     if on:  # the model runs on the CPU (numba / float64 bit work); the result goes back where a was
         cpu = [x.cpu() if isinstance(x, torch.Tensor) else x for x in (a, b, c)]
@@ -216,6 +266,7 @@ def _matmul_compiled(a, b, c, arch, out_format, threads: int = 1):
 def matmul_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, arch: str,
                      out_format: str = "fp32") -> torch.Tensor:
     """:func:`matmul`, plainly: torch, one group of L products at a time over all (batch, M, N) at once."""
+    check_dense(a=a, b=b, c=c)
     inst, batch, av, bv, r = _prepare(a, b, c, arch, out_format)
     ea, eb = _binade(av, _EMIN[a.dtype]), _binade(bv, _EMIN[b.dtype])
     bv, eb = bv.transpose(1, 2), eb.transpose(1, 2)  # (B, N, K)

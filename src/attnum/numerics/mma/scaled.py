@@ -73,7 +73,7 @@ from attnum.errors import AttnumInputError, bad_value
 from attnum.numerics import jit
 from attnum.numerics.formats import FloatFormat, get_format
 from attnum.numerics.mma.arch import SCALE_FORMATS, BlockScaledInstruction, get_arch
-from attnum.numerics.mma.dense import _finish, _pow2
+from attnum.numerics.mma.dense import _finish, _pow2, batch_shape, check_dense, check_work
 from attnum.numerics.rounding import round_to
 from attnum.numerics.threads import one_thread
 
@@ -161,6 +161,7 @@ def _scales_of(x, sf: str, param: str) -> torch.Tensor:
 
 
 def _prepare(a, b, a_scale, b_scale, c, arch, kind, a_format, b_format, block, scale_format) -> _Prepared:
+    check_dense(a=a, b=b, a_scale=a_scale, b_scale=b_scale, c=c)
     inst = get_arch(arch).block_scaled_instruction(kind)
     a, b = _operand(a, "a"), _operand(b, "b")
     fa = _element_format(a_format, a, "a_format", inst)
@@ -173,8 +174,8 @@ def _prepare(a, b, a_scale, b_scale, c, arch, kind, a_format, b_format, block, s
     blocks = sorted({bl for bl, _ in inst.scales})
     if block is None:
         block = inst.default_block
-    elif isinstance(block, bool) or block not in blocks:
-        raise bad_value("block", block, f"one of {blocks} for kind={inst.kind!r}")
+    elif not isinstance(block, int) or isinstance(block, bool) or block not in blocks:  # 16.0, a tensor: no
+        raise bad_value("block", block, f"one of the integers {blocks} for kind={inst.kind!r}")
     if scale_format is None:
         sf = _SCALE_OF_DTYPE.get(getattr(a_scale, "dtype", None)) or inst.scale_format_for(block)
     else:
@@ -194,15 +195,8 @@ def _prepare(a, b, a_scale, b_scale, c, arch, kind, a_format, b_format, block, s
         raise bad_value("a_scale.shape", tuple(sa.shape), f"(..., M, K // block) = (..., {M}, {nblk})")
     if sb.dim() < 2 or tuple(sb.shape[-2:]) != (nblk, N):
         raise bad_value("b_scale.shape", tuple(sb.shape), f"(..., K // block, N) = (..., {nblk}, {N})")
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2], sa.shape[:-2], sb.shape[:-2])
-    except RuntimeError:
-        raise AttnumInputError(f"a_scale.shape={tuple(sa.shape)} is not allowed with a.shape={tuple(a.shape)}, "
-                               f"b.shape={tuple(b.shape)}, b_scale.shape={tuple(sb.shape)}; expected batch "
-                               "dimensions that broadcast") from None
-    if c is None:
-        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
-    else:
+    batch = batch_shape(a=a.shape, b=b.shape, a_scale=sa.shape, b_scale=sb.shape)
+    if c is not None:
         if not isinstance(c, torch.Tensor) or not c.is_floating_point():
             raise bad_value("c", type(c).__name__, "None or a float torch.Tensor")
         try:
@@ -210,9 +204,13 @@ def _prepare(a, b, a_scale, b_scale, c, arch, kind, a_format, b_format, block, s
             cb = c.detach().broadcast_to((*batch, M, N))
         except RuntimeError:
             raise bad_value("c.shape", tuple(c.shape), f"broadcastable to {(*batch, M, N)}") from None
+    pad = (-K) % inst.k
+    check_work(batch, M, K + pad, N, a=a, b=b)  # the scales add K / block per row and column: well inside
+    if c is None:
+        c64 = torch.zeros((*batch, M, N), dtype=torch.float64)
+    else:
         c64 = cb.to(torch.float64) if c.dtype == torch.float32 else round_to(cb.to(torch.float64), "fp32")
     av, bv = _values_of(a, fa, "a"), _values_of(b, fb, "b")
-    pad = (-K) % inst.k
     if pad:  # whole instructions: zero elements under scale 1 (padded blocks: the kind's blocks divide k)
         av, bv = torch.nn.functional.pad(av, (0, pad)), torch.nn.functional.pad(bv, (0, 0, 0, pad))
         sa = torch.nn.functional.pad(sa, (0, pad // block), value=1.0)
@@ -299,6 +297,7 @@ def matmul_block_scaled(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor,
     a_scale (..., M, K // block) scales A's rows, b_scale (..., K // block, N) B's columns, one per block of
     K. Returns (..., M, N) float32 on a's device (the arithmetic runs on the CPU)."""
     kw = dict(arch=arch, kind=kind, a_format=a_format, b_format=b_format, block=block, scale_format=scale_format)
+    check_dense(a=a, b=b, a_scale=a_scale, b_scale=b_scale, c=c)
     tensors = (a, b, a_scale, b_scale, c)
     on = [x.device for x in tensors if isinstance(x, torch.Tensor) and x.device.type != "cpu"]
     if on:  # the model runs on the CPU; the result goes back where a was

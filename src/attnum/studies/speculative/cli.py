@@ -89,7 +89,9 @@ def register(app: typer.Typer) -> None:
                               power=power, batch=batch, seed=seed)
         if not timeout > 0:
             raise bad_value("--timeout", timeout, "a positive number of seconds")
-        with Activity("spec-audit"):
+        from attnum.console.streams import user_output_to_stderr
+
+        with Activity("spec-audit"), user_output_to_stderr():  # stdout is the table's or the JSON's alone
             result = run_spec_audit(cfg, isolate=not no_isolate, timeout=timeout)
         if as_json:
             print(dumps(result, indent=2))
