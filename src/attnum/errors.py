@@ -11,9 +11,11 @@ class AttnumInputError(ValueError):
     """Bad input: a parameter outside what is allowed."""
 
 
-def bad_value(param: str, value: object, allowed: str) -> AttnumInputError:
-    """The standard one-line error: ``param=value: allowed``."""
-    return AttnumInputError(f"{param}={value!r} is not allowed; expected {allowed}")
+def bad_value(param: str, value: object, allowed: str, *, choices: object = None) -> AttnumInputError:
+    """The standard one-line error: ``param=value: allowed``; with ``choices`` (the names allowed), a
+    "did you mean" for the closest one to a misspelt ``value``."""
+    hint = did_you_mean(value, choices) if choices is not None else ""
+    return AttnumInputError(f"{param}={value!r} is not allowed; {hint}expected {allowed}")
 
 
 class AttnumEnvironmentError(AttnumInputError):

@@ -11,6 +11,8 @@ from dataclasses import asdict
 
 import typer
 
+PANEL = "Audit kernels"
+
 _SHOWN_SKIPS = 5
 
 

@@ -47,6 +47,8 @@ class Kernel:
     emulation: str | None = None
     # The pyproject extra that installs ``package`` (pallas-*: "jax"), named in the "not installed" reason.
     extra: str | None = None
+    # The package whose pinned wheel ``attnum kernels fetch`` brings its code from (attnum.kernels.wheels).
+    wheel: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "causal_alignment", conventions.causal_alignment(self.causal_alignment))
@@ -77,7 +79,8 @@ def serving_kernel(target: serving.ServingTarget, doc: str, *, package: str, dty
     return Kernel(name=target.name, fn=target, devices=("cpu", "cuda"), package=None, dtypes=dtypes, doc=doc,
                   causal_alignment=getattr(target, "attnum_causal_alignment", conventions.DEFAULT_CAUSAL_ALIGNMENT),
                   empty_rows=declared, declares=states, interpreted=True, triton=triton,
-                  requires=lambda pkg=package: wheels.missing(pkg), emulation=getattr(target, "emulation", None))
+                  requires=lambda pkg=package: wheels.missing(pkg), emulation=getattr(target, "emulation", None),
+                  wheel=package)
 
 
 @dataclass(frozen=True, kw_only=True)

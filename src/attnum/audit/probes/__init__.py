@@ -105,5 +105,6 @@ def select(names: str | list[str] | tuple[str, ...] | None) -> tuple[Probe, ...]
     if unknown or not names:
         from attnum.errors import bad_value
 
-        raise bad_value("probes", ",".join(unknown) or names, f"comma-separated names from {sorted(PROBES)}")
+        raise bad_value("probes", ",".join(unknown) or names, f"comma-separated names from {sorted(PROBES)}",
+                        choices=PROBES if len(unknown) == 1 else None)
     return tuple(PROBES[n] for n in dict.fromkeys(names))

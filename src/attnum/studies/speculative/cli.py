@@ -83,12 +83,16 @@ def register(app: typer.Typer) -> None:
 
         The sampler runs in a child process: a crash, an exit (0 included) or a hang fails its case."""
         from attnum.errors import bad_value
+        from attnum.kernels.user import precheck
+
+        if not timeout > 0:
+            raise bad_value("--timeout", timeout, "a positive number of seconds")
+        if ":" in target:  # a user's sampler: its file exists, its module is installed (before torch)
+            precheck(target.strip(), param="target")
         from attnum.spec_audit import SpecAuditConfig, run_spec_audit
 
         cfg = SpecAuditConfig(target=target, cases=cases, samples=samples, detect_tv=detect_tv, alpha=alpha,
                               power=power, batch=batch, seed=seed)
-        if not timeout > 0:
-            raise bad_value("--timeout", timeout, "a positive number of seconds")
         with Activity("spec-audit"):
             result = run_spec_audit(cfg, isolate=not no_isolate, timeout=timeout)
         if as_json:

@@ -52,6 +52,10 @@ def register(app: typer.Typer) -> None:
         from attnum.store.outdir import check_out_folder
 
         check_out_folder(out)  # an existing file as --out: one line, before any training
+        from attnum.kernels.user import precheck_target
+
+        precheck_target(attention, "--attention")  # a user's file that is not there: before torch loads
+        precheck_target(baseline, "--baseline")
         if checkpoints:
             from attnum.studies.training.folder_compare import compare_folders
             from attnum.studies.training.report import write_checkpoint_report
