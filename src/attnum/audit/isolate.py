@@ -112,6 +112,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
 
     server: KernelServer | None = first.server
     target = RemoteTarget(server)
+    library: list[str] = []  # every log's non-arithmetic warnings (the report's, not a verdict's)
     log = runner.CaseLog(pending=server.take_warnings)
     ctxs = runner.contexts(config, target, conv, monitor=log)
     i = 0
@@ -131,6 +132,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
                 if info.get("available") is not True:
                     return runner.finish(config, False, str(info.get("reason", "")), results, conv, isolated=True)
                 target = RemoteTarget(server)
+                library += log.library
                 log = runner.CaseLog(pending=server.take_warnings)
                 ctxs = runner.contexts(config, target, conv, monitor=log)
             dtype, probe = todo[i]
@@ -145,4 +147,4 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
     finally:
         if server is not None:
             server.close()  # also whatever the target left running in its tree
-    return runner.finish(config, True, "", results, conv, isolated=True, fn=target)
+    return runner.finish(config, True, "", results, conv, isolated=True, fn=target, warnings=library + log.library)
