@@ -100,3 +100,27 @@ def test_conventions_are_printed_only_for_a_target_that_computes_attention(sdpa_
     text = out.getvalue()
     assert "merge-two-empty" in text and "conventions:" not in text and "causal" not in text, text
     assert report.conventions["attention"] is False
+
+
+def test_html_says_where_it_wrote_and_json_stays_one_document(tmp_path, capsys):
+    import json
+
+    from attnum.cli import main
+
+    page = tmp_path / "audit.html"
+    code = main(["audit", "torch-sdpa-math", "--dtype", "fp32", "--probes", "below-sentinel", "--no-isolate",
+                 "--html", str(page), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and page.is_file()
+    json.loads(out)  # stdout: the JSON document alone
+    assert f"HTML report written to {page}" in err
+
+
+def test_a_study_that_saves_json_says_where(tmp_path, capsys):
+    from attnum.studies.consistency.cli import _save
+
+    _save(str(tmp_path), "x.json", {"a": 1}, as_json=False)
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'x.json'}"
+    _save(str(tmp_path), "y.json", {"a": 1}, as_json=True)
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.strip() == f"wrote {tmp_path / 'y.json'}"

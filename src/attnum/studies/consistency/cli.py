@@ -35,8 +35,10 @@ def _out(out: str | None) -> None:
         make_out_folder(out)
 
 
-def _save(out: str | None, name: str, data) -> None:
+def _save(out: str | None, name: str, data, as_json: bool = False) -> None:
+    """Write ``data`` to OUT/NAME and say where (on stderr with --json: stdout stays one JSON document)."""
     if out:
+        import sys
         from pathlib import Path
 
         from attnum.store.jsonout import dumps
@@ -45,6 +47,7 @@ def _save(out: str | None, name: str, data) -> None:
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
         write_atomic(path / name, dumps(data, indent=2))
+        print(f"wrote {path / name}", file=sys.stderr if as_json else sys.stdout)
 
 
 def register(app: typer.Typer) -> None:
@@ -86,7 +89,7 @@ def register(app: typer.Typer) -> None:
         with Activity("consistency"):
             result = run_consistency(cfg)
         cost = cost_table()
-        _save(out, "consistency.json", {"study": result, "cost": cost})
+        _save(out, "consistency.json", {"study": result, "cost": cost}, as_json)
         if as_json:
             from attnum.store.jsonout import dumps
 
@@ -136,7 +139,7 @@ def register(app: typer.Typer) -> None:
         _out(out)
         with Activity("consistency-tokens"):
             result = run_tokens(cfg, Path(out) if out else None)
-        _save(out, "tokens.json", result)
+        _save(out, "tokens.json", result, as_json)
         if as_json:
             from attnum.store.jsonout import dumps
 

@@ -65,7 +65,8 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             from attnum.studies.parallel.report import write_ring_report
 
-            print(f"wrote {write_ring_report(result, out, study)}")
+            # stderr with --json: stdout stays one JSON document
+            print(f"wrote {write_ring_report(result, out, study)}", file=sys.stderr if as_json else sys.stdout)
         if as_json:
             print(dumps({"ring": result, "allreduce": study}, indent=2, default=str))
         else:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -55,7 +56,8 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             from attnum.studies.speculative.report import write_spec_report
 
-            print(f"wrote {write_spec_report(result, out)}")
+            # stderr with --json: stdout stays one JSON document
+            print(f"wrote {write_spec_report(result, out)}", file=sys.stderr if as_json else sys.stdout)
         if as_json:
             print(dumps(result, indent=2, default=str))
             return

@@ -64,8 +64,9 @@ def register(app: typer.Typer) -> None:
                 result = compare_folders(*checkpoints)
             with one_writer(out):
                 write_atomic((out / "checkpoints.json"), dumps(result, indent=1))
-                write_checkpoint_report(result, out)
+                report = write_checkpoint_report(result, out)
             print(dumps(result, indent=1) if as_json else _folders_text(result))
+            print(f"wrote {out / 'checkpoints.json'} and {report}", file=sys.stderr if as_json else sys.stdout)
             return
         if profile.startswith("bias"):
             from attnum.studies.training.bias.cli import diverge_bias
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
             print(dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))
+            print(f"report: {out / 'index.html'}", file=sys.stderr)  # stdout stays one JSON document
             return
         for line in summary["headline"]["lines"]:
             print(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from attnum.console.progress import Activity
@@ -26,6 +27,7 @@ def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int
                            progress=not as_json)
     if as_json:
         print(dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
+        print(f"report: {Path(out) / 'index.html'}", file=sys.stderr)  # stdout stays one JSON document
         return
     for line in summary["headline"]["lines"]:
         print(line)
