@@ -112,15 +112,18 @@ def test_html_says_where_it_wrote_and_json_stays_one_document(tmp_path, capsys):
                  "--html", str(page), "--json"])
     out, err = capsys.readouterr()
     assert code == 0 and page.is_file()
-    json.loads(out)  # stdout: the JSON document alone
-    assert f"HTML report written to {page}" in err
+    assert json.loads(out)["html"] == str(page)  # stdout: the JSON document alone, saying where the page went
+    code = main(["audit", "torch-sdpa-math", "--dtype", "fp32", "--probes", "below-sentinel", "--no-isolate",
+                 "--html", str(page)])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and lines[0] == f"HTML report written to {page}" and lines[-1].startswith("torch-sdpa-math: PASSED")
 
 
 def test_a_study_that_saves_json_says_where(tmp_path, capsys):
     from attnum.studies.consistency.cli import _save
 
-    _save(str(tmp_path), "x.json", {"a": 1}, as_json=False)
+    assert _save(str(tmp_path), "x.json", {"a": 1}, as_json=False) == str(tmp_path / "x.json")
     assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'x.json'}"
-    _save(str(tmp_path), "y.json", {"a": 1}, as_json=True)
+    assert _save(str(tmp_path), "y.json", {"a": 1}, as_json=True) == str(tmp_path / "y.json")
     got = capsys.readouterr()
-    assert got.out == "" and got.err.strip() == f"wrote {tmp_path / 'y.json'}"
+    assert got.out == "" and got.err == ""  # with --json the path goes into the command's JSON document

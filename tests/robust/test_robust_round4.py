@@ -10,12 +10,13 @@ from pathlib import Path
 import _paths
 import pytest
 import torch
+from _wheel_helpers import cached_wheel  # at collection: the user cache before a test repoints it
 
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
 from attnum.kernels.serving import ServingTarget, reference
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.usefixtures("one_thread")]
 REF = reference("fa2")
 
 
@@ -187,12 +188,8 @@ SAGE_WHEEL = "sageattention-1.0.6-py3-none-any.whl"
 
 
 def _real_sage_wheel():
-    from attnum.kernels.wheels import source as wheels
-
-    for where in (wheels.cache_dir() / "wheels", Path.home() / ".cache" / "attnum" / "wheels"):
-        if (where / SAGE_WHEEL).is_file():
-            return where / SAGE_WHEEL
-    pytest.skip("no cached sageattention wheel (attnum kernels fetch sageattention downloads it, 20 kB)")
+    """The real sageattention wheel (20 kB), fetched into the user's cache when it is not there yet."""
+    return cached_wheel("sageattention")
 
 
 @pytest.fixture
@@ -243,6 +240,7 @@ def test_7_a_forged_wheel_under_the_pinned_name_is_refused_and_never_extracted(c
     assert not pwned.exists()
 
 
+@pytest.mark.network  # the real sageattention wheel, fetched once
 def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache):
     import shutil
 
@@ -256,6 +254,7 @@ def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache):
     assert wheels.missing("sageattention") == ""
 
 
+@pytest.mark.network  # the real sageattention wheel, fetched once
 def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache):
     import shutil
 
@@ -271,6 +270,7 @@ def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache)
     assert "planted" not in core.read_text()  # re-extracted from the verified wheel
 
 
+@pytest.mark.network  # the real sageattention wheel, fetched once
 def test_8_a_symlink_inside_the_cache_is_never_written_through(cache):
     import shutil
 
@@ -303,6 +303,7 @@ def test_8_a_symlink_inside_the_cache_is_never_written_through(cache):
     assert not any((cache / "elsewhere").iterdir())
 
 
+@pytest.mark.network  # the real sageattention wheel, fetched once
 def test_8_a_truncated_wheel_is_one_line_naming_the_file_and_the_command(cache, capsys):
     from attnum.cli import main
 
@@ -351,7 +352,7 @@ def test_6_a_triton_target_named_without_the_prefix_under_triton_interpret_runs_
     pytest.importorskip("triton")
     kernel = _paths.TESTS / "_interp_triton_attention.py"
     run = subprocess.run([sys.executable, "-m", "attnum", "audit", f"{kernel}:attention_tf32", "--dtype", "bf16",
-                          "--probes", "scale-argument", "--json"], capture_output=True, text=True, timeout=280,
+                          "--probes", "scale-argument", "--json"], capture_output=True, text=True, timeout=_paths.HANG_S,
                          cwd=tmp_path, env={**cli_env(), "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(run.stdout)
@@ -609,7 +610,7 @@ def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr.readline() == "READY\n"  # inside `from attnum.cli import main`, after the handler is set
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=_paths.HANG_S)
     assert p.returncode == 130 and err.strip().splitlines() == ["attnum: interrupted"], (p.returncode, err[-500:])
 
 

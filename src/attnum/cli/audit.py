@@ -137,12 +137,6 @@ def register(app: typer.Typer) -> None:
             report = run_audit(cfg, progress=progress, isolate=cfg.isolate, started=started)
         from attnum.audit.report import print_table, to_html, to_json
 
-        if as_json:
-            from attnum.store.jsonout import dumps
-
-            print(dumps(to_json(report), indent=2))
-        else:
-            print_table(report, show_all=show_all)
         if html_file is not None:
             from attnum.store.outfile import write_atomic
 
@@ -153,8 +147,14 @@ def register(app: typer.Typer) -> None:
 
                 raise AttnumEnvironmentError(f"--html {str(html_file)!r}: cannot write it ({err.strerror or err}); "
                                              "name a file in a writable folder") from None
-            # stderr: stdout stays the table (its last line the summary) or one JSON document
-            print(f"attnum audit: HTML report written to {html_file}", file=sys.stderr)
+        if as_json:  # where the HTML went is part of the document: stdout stays one JSON document
+            from attnum.store.jsonout import dumps
+
+            print(dumps({**to_json(report), "html": str(html_file) if html_file else None}, indent=2))
+        else:
+            if html_file is not None:  # before the table: its last line stays the summary (for tail)
+                print(f"HTML report written to {html_file}")
+            print_table(report, show_all=show_all)
         if not report.available:
             raise typer.Exit(EXIT_UNAVAILABLE)
         raise typer.Exit(0 if report.passed else 1)

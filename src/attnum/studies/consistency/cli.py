@@ -35,10 +35,10 @@ def _out(out: str | None) -> None:
         make_out_folder(out)
 
 
-def _save(out: str | None, name: str, data, as_json: bool = False) -> None:
-    """Write ``data`` to OUT/NAME and say where (on stderr with --json: stdout stays one JSON document)."""
+def _save(out: str | None, name: str, data, as_json: bool = False) -> str | None:
+    """Write ``data`` to OUT/NAME; say where (with --json the caller puts the path into its document, so
+    stdout stays one JSON document). Returns the path written, or None."""
     if out:
-        import sys
         from pathlib import Path
 
         from attnum.store.jsonout import dumps
@@ -47,7 +47,10 @@ def _save(out: str | None, name: str, data, as_json: bool = False) -> None:
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
         write_atomic(path / name, dumps(data, indent=2))
-        print(f"wrote {path / name}", file=sys.stderr if as_json else sys.stdout)
+        if not as_json:
+            print(f"wrote {path / name}")
+        return str(path / name)
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -89,11 +92,11 @@ def register(app: typer.Typer) -> None:
         with Activity("consistency"):
             result = run_consistency(cfg)
         cost = cost_table()
-        _save(out, "consistency.json", {"study": result, "cost": cost}, as_json)
+        written = _save(out, "consistency.json", {"study": result, "cost": cost}, as_json)
         if as_json:
             from attnum.store.jsonout import dumps
 
-            print(dumps({"study": result, "cost": cost}, indent=2))
+            print(dumps({"study": result, "cost": cost, "written": written}, indent=2))
             return
         print(report.invariance_legend(result))
         print(report.text_table(report.invariance_header(result), report.invariance_rows(result)))
@@ -139,11 +142,11 @@ def register(app: typer.Typer) -> None:
         _out(out)
         with Activity("consistency-tokens"):
             result = run_tokens(cfg, Path(out) if out else None)
-        _save(out, "tokens.json", result, as_json)
+        written = _save(out, "tokens.json", result, as_json)
         if as_json:
             from attnum.store.jsonout import dumps
 
-            print(dumps(result, indent=2))
+            print(dumps({**result, "written": written}, indent=2))
             return
         m = result["model"]
         print(f"bundled LM {m['key']}: loss {m['final_loss']:.3f} ({'cached' if m['cached'] else 'trained now'}); "

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -53,13 +52,15 @@ def register(app: typer.Typer) -> None:
             check_out_folder(out)
         with Activity("spec"):
             result = run_spec(cfg)
+        written = None
         if out is not None:
             from attnum.studies.speculative.report import write_spec_report
 
-            # stderr with --json: stdout stays one JSON document
-            print(f"wrote {write_spec_report(result, out)}", file=sys.stderr if as_json else sys.stdout)
-        if as_json:
-            print(dumps(result, indent=2, default=str))
+            written = str(write_spec_report(result, out))
+            if not as_json:
+                print(f"wrote {written}")
+        if as_json:  # where it wrote goes into the document: stdout stays one JSON document
+            print(dumps({**result, "written": written} if written else result, indent=2, default=str))
             return
         cols = ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens") \
             if monte_carlo is None else ("format", "k", "vocab", "mc_tv_first", "mc_floor", "fail", "expected_tokens")

@@ -65,8 +65,10 @@ def register(app: typer.Typer) -> None:
             with one_writer(out):
                 write_atomic((out / "checkpoints.json"), dumps(result, indent=1))
                 report = write_checkpoint_report(result, out)
-            print(dumps(result, indent=1) if as_json else _folders_text(result))
-            print(f"wrote {out / 'checkpoints.json'} and {report}", file=sys.stderr if as_json else sys.stdout)
+            written = [str(out / "checkpoints.json"), str(report)]
+            print(dumps({**result, "written": written}, indent=1) if as_json else _folders_text(result))
+            if not as_json:
+                print(f"wrote {' and '.join(written)}")
             return
         if profile.startswith("bias"):
             from attnum.studies.training.bias.cli import diverge_bias
@@ -96,8 +98,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
-            print(dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))
-            print(f"report: {out / 'index.html'}", file=sys.stderr)  # stdout stays one JSON document
+            print(dumps({"headline": head, "wall_s": summary["wall_s"], "report": str(out / "index.html")}, indent=1))
             return
         for line in summary["headline"]["lines"]:
             print(line)
