@@ -21,15 +21,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-BLOCK = re.compile(r"(<!-- list: ([\w-]+) -->\n)(.*?)(<!-- /list -->)", re.S)
+# A block: ``<!-- list: NAME -->``, a newline, the text, ``<!-- /list -->`` (tables); or inline, without the newline
+# (a count inside a sentence).
+BLOCK = re.compile(r"(<!-- list: ([\w-]+) -->(\n?))(.*?)(<!-- /list -->)", re.S)
 
 
 def _first_sentence(text: str) -> str:
-    """The first sentence of a docstring or doc line, on one line, without a leading ````name``: ``."""
+    """The first sentence of a docstring or doc line (up to a period before a capital or the end), on one
+    line, without a leading ````name``: ``."""
     text = " ".join(text.split())
     text = re.sub(r"^``[^`]+``:\s*", "", text)
-    m = re.match(r"(.+?[.;])(\s|$)", text)
-    return (m.group(1) if m else text).rstrip(".;")
+    m = re.match(r"(.+?)\.(\s+[A-Z(]|$)", text)
+    return (m.group(1) if m else text).strip()
 
 
 def _cell(text: str) -> str:
@@ -79,7 +82,7 @@ def targets() -> list[tuple[str, str, str]]:
             elif k.package and k.extra:
                 need = f"`pip install 'attnum[{k.extra}]'`"
             elif k.package:
-                need = f"the `{k.package.split('.')[0]}` package"
+                need = f"`{k.package}` importable"
             else:
                 need = "-"
             if "cpu" not in k.devices:
@@ -96,7 +99,7 @@ def probes() -> list[tuple[str, str, str]]:
     """(name, kind, what it checks) for every probe, in the order the audit runs them."""
     from attnum.audit.probes import PROBES
 
-    return [(p.name, p.kind + ("" if p.default else ", on request"), _first_sentence(p.summary))
+    return [(p.name, p.kind + ("" if p.default else ", on request"), " ".join(p.summary.split()))
             for p in PROBES.values()]
 
 
@@ -144,7 +147,7 @@ def _commands_md() -> str:
             if rows:
                 out.append(_table(("command", "what it does"), rows))
                 rows = []
-            out.append(f"**{p}**\n")
+            out.append(f"**{p}**")
             panel = p
         rows.append((f"attnum {name}", what))
     if rows:
@@ -158,6 +161,7 @@ MARKDOWN: dict[str, Callable[[], str]] = {
     "target-names": lambda: ", ".join(f"`{name}`" for name, _, _ in targets()),
     "probes": lambda: _table(("probe", "kind", "what it checks"), probes()),
     "probe-count": lambda: f"{len(probes())} probes",
+    "target-count": lambda: f"{len(targets())} built-in targets",
     "packages": lambda: _table(("package", "pinned", "built-in targets it serves"),
                                [(f"attnum kernels fetch {p}", v, t) for p, v, t in packages()]),
     "package-names": lambda: " \\| ".join(f"`{p}`" for p in package_names()),
@@ -173,7 +177,7 @@ def rewrite(text: str, where: str = "") -> str:
         name = m.group(2)
         if name not in MARKDOWN:
             raise ValueError(f"{where}: <!-- list: {name} --> names no list; known: {', '.join(MARKDOWN)}")
-        return f"{m.group(1)}{MARKDOWN[name]()}\n{m.group(4)}"
+        return f"{m.group(1)}{MARKDOWN[name]()}{m.group(3)}{m.group(5)}"
 
     return BLOCK.sub(block, text)
 

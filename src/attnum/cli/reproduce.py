@@ -60,11 +60,13 @@ def register(app: typer.Typer) -> None:
         t2 = time.perf_counter()
         with open_store(out_dir) as store:
             rows = store.rows()
+        from attnum.console.tables import say_prose
+
         for sentence in all_headlines(rows):
-            print(sentence)
+            say_prose(sentence)
         findings = all_findings(rows)
         for f in findings:
-            print(f"[{f.figure}] {f.claim} | {f.policy}/{f.variant}: {f.verdict.upper()} -- {f.measured}")
+            say_prose(f"[{f.figure}] {f.claim} | {f.policy}/{f.variant}: {f.verdict.upper()} -- {f.measured}")
         print(f"{summary.planned} points ({summary.skipped} reused, {summary.failed} failed); sweep {t1 - t0:.1f}s, "
               f"figures+report {t2 - t1:.1f}s")
         print(f"store:   {summary.store_path}\nfigures: {out_dir / 'figures'}\nreport:  {report}")
