@@ -92,7 +92,7 @@ def test_sigkill_at_random_moments_with_jobs2(tmp_path):
             def enough(proc=proc, n=len(kept) + at):
                 return len(_rows(db)) >= n or proc.poll() is not None
 
-            _wait_until(enough, 120, f"{at} new rows")
+            _wait_until(enough, _paths.PATIENCE_S, f"{at} new rows")
         assert proc.poll() is None, f"the sweep ended before kill {n_run}: {proc.stderr.read()}"
         below = descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
@@ -128,7 +128,7 @@ def test_sigkill_at_random_moments_with_jobs2(tmp_path):
 def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanly(tmp_path):
     spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
     first = popen_cli("sweep", spec, "--out", out, "--quiet")  # in-process points: the first row comes soonest
-    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, 120, "a first row")
+    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, _paths.PATIENCE_S, "a first row")
     assert first.poll() is None
     second = run_cli("sweep", spec, "--out", out, "--quiet", check=False)
     assert second.returncode == 2
@@ -219,7 +219,7 @@ def test_sigterm_with_ray_shuts_ray_down(tmp_path):
     ``interrupted`` (exit 130) and the local Ray instance it started goes with it."""
     spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
     proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2", "--executor", "ray")
-    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, 150, "a first row")
+    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, _paths.PATIENCE_S, "a first row")
     assert proc.poll() is None, proc.stderr.read()
     below = descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)

@@ -41,7 +41,7 @@ def _done_rows(db) -> int:
         return 0
 
 
-def _wait_for_rows(proc, db, n, timeout=120.0) -> int:
+def _wait_for_rows(proc, db, n, timeout=_paths.PATIENCE_S) -> int:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         rows = _done_rows(db)
@@ -126,7 +126,7 @@ def test_killed_worker_fails_its_points_and_the_sweep_goes_on(tmp_path):
     workers = _children(proc.pid)
     assert workers, "no worker processes found"
     os.kill(workers[0], signal.SIGKILL)
-    assert proc.wait(timeout=180) == 0, proc.stderr.read()
+    assert proc.wait(timeout=_paths.HANG_S) == 0, proc.stderr.read()
     with open_store(out) as store:
         counts = store.counts()
         failed = store.rows(status="failed")
