@@ -42,9 +42,9 @@ WHEEL_HELPERS = ("fetched_or_skip",)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests a measured run found slow get the ``slow`` marker (``pytest -m "not slow"``: the README's
-    first check); a test marked in its own file stays marked. Tests of a module that fetches pinned wheels
-    get the ``network`` marker."""
+    """Tests a measured run found slow get the ``slow`` marker (``pytest -m "not slow"``: a first check,
+    docs/testing.md); a test marked in its own file stays marked. Tests of a module that fetches pinned
+    wheels get the ``network`` marker."""
     slow = _measured_slow()
     for item in items:
         if item.nodeid in slow:

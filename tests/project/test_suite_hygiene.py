@@ -106,4 +106,7 @@ def test_no_subprocess_runs_against_a_short_literal_deadline():
                              p.read_text(encoding="utf-8"), re.S):
             if float(m.group(1)) < _paths.PATIENCE_S:
                 short.append(f"{p.relative_to(_paths.ROOT)}: timeout={m.group(1)}")
+        for m in re.finditer(r"\btimeout: float = (\d+(?:\.\d+)?)", p.read_text(encoding="utf-8")):  # a helper's default
+            if float(m.group(1)) < _paths.PATIENCE_S:
+                short.append(f"{p.relative_to(_paths.ROOT)}: a default timeout of {m.group(1)}")
     assert not short, short

@@ -89,6 +89,7 @@ def register(app: typer.Typer) -> None:
             chunk_sizes=_ints(chunk_sizes, "chunk_sizes"), page_sizes=_ints(page_sizes, "page_sizes"), seed=seed,
             device=device)
         _out(out)
+        cfg.require_memory()  # too large for this machine: one line before the progress starts
         with Activity("consistency"):
             result = run_consistency(cfg)
         cost = cost_table()
