@@ -127,3 +127,11 @@ def test_a_study_that_saves_json_says_where(tmp_path, capsys):
     assert _save(str(tmp_path), "y.json", {"a": 1}, as_json=True) == str(tmp_path / "y.json")
     got = capsys.readouterr()
     assert got.out == "" and got.err == ""  # with --json the path goes into the command's JSON document
+
+
+def test_audit_list_needs_no_target(capsys):
+    from attnum.cli import main
+
+    assert main(["audit", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in PROBES)
