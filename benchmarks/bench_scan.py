@@ -73,8 +73,8 @@ def growth(reps: int = 3) -> bool:
     ok = True
     for name, line in PATHOLOGICAL.items():
         for python in (True, False):
-            one = best_of(reps, lambda: scan_text(line, "x", python=python))
-            ten = best_of(reps, lambda: scan_text("\n".join([line] * 10), "x", python=python))
+            one = best_of(reps, lambda line=line, python=python: scan_text(line, "x", python=python))
+            ten = best_of(reps, lambda line=line, python=python: scan_text("\n".join([line] * 10), "x", python=python))
             ratio = ten / max(one, 1e-3)
             ok &= ratio < LINE_TARGET
             print(f"{name:22s} {'py' if python else 'cu'}: 1 line {one * 1e3:7.1f} ms, 10 lines {ten * 1e3:7.1f} ms, "
