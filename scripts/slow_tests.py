@@ -4,8 +4,7 @@
     python -m pytest -q -p no:randomly --junitxml=/tmp/durations.xml
     python scripts/slow_tests.py /tmp/durations.xml [--threshold 3.0]
 
-``python -m pytest -m "not slow"`` is then the first check of the README (under 5 minutes on 2 idle
-cores). Tests marked ``slow`` in their own file stay so; this list only adds. Each line keeps the
+``python -m pytest -m "not slow"`` is then a first check (docs/testing.md: how long it took where). Tests marked ``slow`` in their own file stay so; this list only adds. Each line keeps the
 measured seconds, so a reader sees why a test is there; the header says when and on what.
 """
 

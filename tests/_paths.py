@@ -5,3 +5,10 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 EXAMPLES = ROOT / "examples"
+
+# Deadlines, never speed targets. A test that waits for something that happens at once on a healthy machine
+# (workers exiting with their driver, a first row, a child's answer to a small call) gives it PATIENCE_S,
+# so that a machine at load 10 on 2 cores still passes; a subprocess running a whole command gets HANG_S,
+# below pytest's own hang guard (pyproject.toml: timeout), so that a hang ends with a message naming it.
+PATIENCE_S = 300.0  # a local Ray instance took more than 150 s to store its first row at load 16
+HANG_S = 3000.0

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _paths
+
 import attnum
 
 PACKAGE_ROOT = str(Path(attnum.__file__).resolve().parent.parent)
@@ -44,7 +46,7 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = _paths.HANG_S, check: bool = True) -> subprocess.CompletedProcess:
     """``attnum ARGS`` in a fresh interpreter; returns the completed process (text output)."""
     proc = subprocess.run([sys.executable, "-c", CLI, *map(str, args)], capture_output=True, text=True,
                           env=cli_env(), timeout=timeout)

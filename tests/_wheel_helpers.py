@@ -1,6 +1,8 @@
 """What the real-kernel tests share: the pinned kernel files fetched once into the cache ($ATTNUM_CACHE or
 ~/.cache/attnum), or the test skipped, saying why (no network, no index, no triton); and a pinned wheel's
-bytes for the tests of the cache itself (downloaded once per session, checked against the pin table)."""
+bytes for the tests of the cache itself (downloaded once per session, checked against the pin table). A test
+module that uses these helpers is marked ``network`` (tests/conftest.py): ``pytest -m network --collect-only
+-q`` counts them, ``-m "not network"`` leaves them out on a machine without an index."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def fetched_or_skip(*packages: str, triton: bool = True) -> None:
             try:
                 wheels.fetch(pkg, version, quiet=True)
             except Exception as exc:  # noqa: BLE001 - no network / no index: skip, saying why
-                pytest.skip(f"cannot fetch {pkg} {wheels.version_of(pkg, version)}: {exc}")
+                pytest.skip(f"needs the network: cannot fetch {pkg} {wheels.version_of(pkg, version)}: {exc}")
 
 
 def pinned_wheel(tmp_factory, package: str, version: str | None = None) -> Path:
@@ -45,7 +47,7 @@ def pinned_wheel(tmp_factory, package: str, version: str | None = None) -> Path:
                               str(where)], capture_output=True, text=True)
         path = where / w.name
         if run.returncode or not path.is_file():
-            pytest.skip(f"cannot download {w.name}: {(run.stderr or '').strip().splitlines()[-1:]}")
+            pytest.skip(f"needs the network: cannot download {w.name}: {(run.stderr or '').strip().splitlines()[-1:]}")
         assert sha256_of(path) == w.sha256, f"{w.name}: the registry's file is not the pinned one"
         _WHEELS[key] = path
     return _WHEELS[key]

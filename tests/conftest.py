@@ -36,13 +36,22 @@ def _measured_slow() -> frozenset[str]:
                      if line.strip() and not line.startswith("#") and len(line.split(None, 1)) == 2)
 
 
+# A test module that imports this (tests/_wheel_helpers.py) needs pinned wheels: fetched once, or the test skips
+# saying "needs the network". A single test that needs one (cached_wheel) is marked in its file.
+WHEEL_HELPERS = ("fetched_or_skip",)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests a measured run found slow get the ``slow`` marker (``pytest -m "not slow"``: the README's
-    first check); a test marked in its own file stays marked."""
+    """Tests a measured run found slow get the ``slow`` marker (``pytest -m "not slow"``: a first check,
+    docs/testing.md); a test marked in its own file stays marked. Tests of a module that fetches pinned
+    wheels get the ``network`` marker."""
     slow = _measured_slow()
     for item in items:
         if item.nodeid in slow:
             item.add_marker(pytest.mark.slow)
+        module = getattr(item, "module", None)
+        if module is not None and any(getattr(module, name, None) is not None for name in WHEEL_HELPERS):
+            item.add_marker(pytest.mark.network)
 
 
 MAX_AUTO_WORKERS = 4

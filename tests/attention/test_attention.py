@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import _paths
 import pytest
 import torch
 
@@ -199,7 +200,7 @@ _PEAK = (
 @pytest.mark.parametrize("impl,limit_mb", [("golden", 2048), ("flash", 1024)])
 def test_long_causal_sequence_memory(impl, limit_mb):
     """N = S = 32768, d = 128, one head, causal: masks are cut per tile, never N x S (10 GB before)."""
-    res = subprocess.run([sys.executable, "-c", _PEAK, impl], capture_output=True, text=True, timeout=900)
+    res = subprocess.run([sys.executable, "-c", _PEAK, impl], capture_output=True, text=True, timeout=_paths.HANG_S)
     assert res.returncode == 0, res.stderr
     extra_mb = int(res.stdout.strip().splitlines()[-1]) / 1024
     assert extra_mb < limit_mb, f"{impl}: extra peak RSS {extra_mb:.0f} MiB >= {limit_mb} MiB"

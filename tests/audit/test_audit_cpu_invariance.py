@@ -22,6 +22,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import _paths
 import pytest
 import torch
 
@@ -53,7 +54,7 @@ def _clean_env() -> dict[str, str]:
 def _native_capability() -> str:
     """The machine's best capability, asked of a fresh process with no override."""
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=_paths.HANG_S)
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -73,7 +74,7 @@ def _run(setting: tuple[str, int]) -> dict:
     if cap != "best":
         env.update(ATEN_CPU_CAPABILITY=cap, ONEDNN_MAX_CPU_ISA=ONEDNN_CAP[cap])
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve())], env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=_paths.HANG_S)
     assert proc.returncode == 0, f"{setting}: {proc.stderr[-2000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

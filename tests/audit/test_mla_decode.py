@@ -48,7 +48,6 @@ def test_a_target_that_does_not_declare_mla_is_not_asked():
 
 
 @pytest.mark.slow  # about a minute of interpreted Triton: left out of pytest -m "not slow" (README)
-@pytest.mark.timeout(600)
 def test_vllm_mla_decode_reads_latent_and_rope_and_gives_nan_for_an_empty_sequence():
     fetched_or_skip("vllm")
     report = run_audit(AuditConfig(target="vllm-mla-decode", dtypes="bf16",

@@ -10,6 +10,7 @@ import math
 import sys
 import textwrap
 
+import _paths
 import pytest
 import torch
 from _wheel_helpers import fetched_or_skip
@@ -219,7 +220,7 @@ def test_a_plain_class_adapter_declares_varlen_and_runs_in_a_kernel_server(tmp_p
 
     p = subprocess.run([sys.executable, "-c", CLI, "audit", f"{tmp_path / 'vl.py'}:Varlen", "--probes",
                         "varlen-ragged", "--dtype", "fp16"], capture_output=True, text=True, env=cli_env(),
-                       timeout=300)
+                       timeout=_paths.HANG_S)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "varlen-ragged" in p.stdout and "pass" in p.stdout, p.stdout
 
@@ -228,7 +229,6 @@ REAL = {"fla-parallel-attn": "fla", "sglang-context": "sglang", "vllm-unified": 
 
 
 @pytest.mark.slow  # interpreted Triton, 10-40 s per kernel: left out of pytest -m "not slow" (README)
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("target", sorted(REAL))
 def test_real_varlen_kernels_under_the_gpu_model(target):
     """The varlen entry point of each real kernel under the faithful model: fp16 and bf16 pass every

@@ -7,6 +7,7 @@ import dataclasses
 import re
 import tempfile
 
+import _paths
 import pytest
 import typer
 
@@ -122,6 +123,6 @@ def test_a_command_group_alone_prints_its_help_once(argv, usage):
     from _sweep_helpers import cli_env
 
     p = subprocess.run([sys.executable, "-m", "attnum", *argv], capture_output=True, text=True, env=cli_env(),
-                       timeout=120)
+                       timeout=_paths.HANG_S)
     text = p.stdout + p.stderr
     assert p.returncode == 2 and text.count("Usage:") == 1 and usage in " ".join(text.split()), text[:400]

@@ -2,6 +2,8 @@
 
 import re
 
+from _beats import Beats
+
 from attnum.cli import main
 
 
@@ -10,11 +12,10 @@ def test_audit_heartbeat_in_a_log_counts_probes(capsys, monkeypatch):
     from attnum.audit import runner
 
     real = runner.run_probe
+    beats = Beats(monkeypatch)
 
-    def slow(*args, **kwargs):  # each probe outlasts a few intervals
-        import time
-
-        time.sleep(0.2)
+    def slow(*args, **kwargs):  # each probe outlasts a heartbeat (however long the machine takes to print it)
+        beats.wait(beats.lines() + 1)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner, "run_probe", slow)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import _paths
+
 import attnum
 
 
@@ -33,6 +35,6 @@ def test_shadow_export_survives_the_submodule_import():
             "from attnum.integrations.shadow import shadow as fn\n"
             "assert callable(shadow) and callable(fn)\n"
             "print(len(rec.records))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_paths.HANG_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"

@@ -8,6 +8,10 @@ plan, the replay script's list). A figure that needs a full audit run is checked
 ``slow``. A marker with no entry here, or an entry no doc uses, fails too: figures cannot silently
 drop out of the check.
 
+The size of a registry (how many probes, targets, packages) is not a figure but a generated list
+(``<!-- list: probe-count -->``, scripts/doc_lists.py; tests/project/test_doc_lists.py): it follows the
+registry without a hand edit.
+
 Figures that are *measurements* (timings, ratios, errors of a run on some machine) are not here:
 those name the script that produces them (``<!-- produced-by: -->``, tests/project/test_docs.py) and say on
 what machine and when they were measured.
@@ -81,10 +85,7 @@ def _replay_attacks() -> tuple[str]:
 
 # NAME: (pattern of the stated figure after the marker, the true value as strings).
 FIGURES: dict[str, tuple[str, Callable[[], tuple[str, ...]]]] = {
-    "probes": (NUMBER, lambda: (str(len(_probes())),)),
-    "backward-probes": (NUMBER, lambda: (str(sum(p.kind == "backward" for p in _probes())),)),
     "serving-probes": (NUMBER, lambda: (str(len(_serving_probes())),)),
-    "sdpa-rows": (NUMBER, lambda: (str(len(_probes()) * DTYPES),)),
     "sdpa-unsupported": (NUMBER, lambda: (str((len(_serving_probes()) + len(_feature_probes())) * DTYPES),)),
     "scan-examples": (r"(\d+) finding\(s\) at or above low in (\d+) file\(s\)", _scan_examples),
     "quick-points": (NUMBER, _quick_points),

@@ -3,9 +3,9 @@
 - Every ``attnum ...`` line in a fenced code block of README.md or docs/*.md (``$ attnum ...`` in a
   transcript too) runs in a temporary folder (``examples/`` linked in) and ends with exit 0, 1 (a
   check failed: an audit that finds the planted bug) or 3 (nothing to test here), never 2 (usage,
-  bad input) or an internal error, within ``TIMEOUT_S``. A block that is expensive, needs a GPU or
-  the network, or shows a synopsis (``TARGET``, ``[--flag]``) has the line
-  ``<!-- docs-check: illustrative -->`` directly above its fence and is not run.
+  bad input) or an internal error (how long it takes is not checked: a benchmark's business). A block
+  that is expensive, needs a GPU or the network, or shows a synopsis (``TARGET``, ``[--flag]``) has the
+  line ``<!-- docs-check: illustrative -->`` directly above its fence and is not run.
 - Every README section (``##``/``###``) that states a measured number (a time, a ratio, a percentage,
   a size, an error like 2.4e-4) carries ``<!-- produced-by: PATH ... -->`` naming the script(s) that
   produce it, and every path it names exists.
@@ -26,7 +26,6 @@ ROOT = _paths.ROOT
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 ILLUSTRATIVE = "<!-- docs-check: illustrative -->"
 PRODUCED = re.compile(r"<!--\s*produced-by:\s*(.*?)\s*-->")
-TIMEOUT_S = 60
 # A measured number: a decimal with a unit or a ratio sign, a percentage, or a float in e-notation.
 MEASURED = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?\s?(×|x\b|%|\s?(ms|s|min|MB|GB|TB|GF/s|ULPs?)\b)|\d\.\d+e[-+]\d+")
 
@@ -71,11 +70,10 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("where,line", commands(), ids=[f"{w} {c[:50]}" for w, c in commands()])
 def test_documented_command_runs(where, line, workdir, capsys):
     """In this process (no interpreter and torch start-up per command; the audit's target still runs in
-    its own child process); a command that runs past TIMEOUT_S fails the test by pytest's timeout."""
+    its own child process)."""
     from attnum.cli import main
 
     argv = shlex.split(line, comments=True)

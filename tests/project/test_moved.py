@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 
+import _paths
 import pytest
 
 from attnum._moved import MOVED
@@ -17,7 +18,7 @@ from attnum._moved import MOVED
 def _fresh(code: str) -> subprocess.CompletedProcess:
     """``code`` in a new interpreter (an old path imported once per process is cached afterwards)."""
     return subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=_paths.HANG_S)
 
 
 def test_the_table_is_whole():
@@ -67,7 +68,7 @@ def test_a_module_that_became_a_package_forwards_its_old_names(package, name, ne
     assert run.returncode == 1 and f"{package}.{name} moved to {new}.{name}" in run.stderr, run.stderr[-1000:]
     run = subprocess.run([sys.executable, "-c", f"import importlib; from {package} import {name} as a; "
                           f"print(a is getattr(importlib.import_module({new!r}), {name!r}))"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=_paths.HANG_S)
     assert run.stdout.strip() == "True", run.stderr[-1000:]
     with pytest.raises(AttributeError):
         importlib.import_module(package).no_such_name  # noqa: B018

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import _paths
 import pytest
 from _sweep_helpers import cli, smoke_reproduction
 
@@ -23,7 +24,7 @@ def render(page: Path, profile_dir: Path) -> tuple[str, list[str]]:
         [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--no-first-run", f"--user-data-dir={profile_dir}", "--enable-logging=stderr", "--v=0",
          "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=_paths.HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # Chromium logs every console message (log, warn, error, uncaught exceptions) as ":CONSOLE".
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]

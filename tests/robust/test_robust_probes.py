@@ -15,7 +15,7 @@ from attnum.audit.config import AuditConfig
 from attnum.audit.probes.float_bias import alibi
 from attnum.audit.runner import run_audit
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.usefixtures("one_thread")]
 
 
 def audit(fn, probes, dtypes):

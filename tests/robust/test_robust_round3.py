@@ -13,9 +13,9 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
+import _paths
 import pytest
 import torch
 from _sweep_helpers import cli, cli_env
@@ -23,8 +23,6 @@ from _sweep_helpers import cli, cli_env
 from attnum.errors import AttnumEnvironmentError, AttnumInputError
 from attnum.store.db import DB_NAME, SCHEMA_VERSION, Store
 from attnum.store.lock import LOCK_NAME
-
-pytestmark = pytest.mark.timeout(180)
 
 
 def _store(folder: Path, keys=("a", "b", "c"), name: str = "tiny") -> Path:
@@ -207,17 +205,17 @@ def _sampler(tmp_path: Path, at_import: str = "", in_call: str = "") -> str:
 def _spec_audit(target: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "attnum", "spec-audit", target, "--cases", "dirichlet",
                            "--samples", "2000", "--json", *extra], capture_output=True, text=True,
-                          env=cli_env(), timeout=150)
+                          env=cli_env(), timeout=_paths.HANG_S)
 
 
 @pytest.mark.parametrize("at_import, in_call, status", [
     ("sys.exit(0)", "", "exited: the process exited with code 0 while importing"),
     ("", "os._exit(0)", "exited: the process exited with code 0, in the sampler's call"),
     ("", "import ctypes; ctypes.string_at(0)", "crashed: killed by SIGSEGV"),
-    ("", "time.sleep(600)", "timed out: no answer within 3 s"),
+    ("", "time.sleep(600)", "timed out: no answer within 20 s"),
 ])
 def test_spec_audit_never_passes_what_did_not_run(at_import, in_call, status, tmp_path):
-    p = _spec_audit(_sampler(tmp_path, at_import, in_call), "--timeout", "3")
+    p = _spec_audit(_sampler(tmp_path, at_import, in_call), "--timeout", "20")  # healthy calls, loaded machine
     doc = json.loads(p.stdout)
     assert p.returncode == 1 and doc["verdict"] == "fail", (p.returncode, p.stdout, p.stderr[-400:])
     assert status in doc["cases"][0]["error"]
@@ -248,13 +246,12 @@ def test_a_setsid_grandchild_neither_escapes_nor_holds_the_result_pipe(tmp_path)
     body = textwrap.indent(_setsid_grandchild(pidfile), "    ")
     (tmp_path / "t.py").write_text(f"import os, time\nimport torch.nn.functional as F\n"
                                    f"def attention(q, k, v, **kw):\n{body}\n")
-    t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "attnum", "audit", f"{tmp_path / 't.py'}:attention", "--dtype",
                         "fp32", "--probes", "scale-argument", "--timeout", "60", "--json"],
-                       capture_output=True, text=True, env=cli_env(), timeout=150)
+                       capture_output=True, text=True, env=cli_env(), timeout=_paths.HANG_S)
     doc = json.loads(p.stdout)
     assert p.returncode == 1 and doc["probes"][0]["verdict"] == "exited", p.stdout[-600:]
-    assert time.monotonic() - t0 < 50  # not "no answer within 60 s": the child's exit was seen at once
+    # "exited", not "timed out: no answer within 60 s": the child's exit was seen when it happened
     assert not _alive(pidfile)  # killed with the tree, although it left the session
 
 

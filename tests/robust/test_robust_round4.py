@@ -11,11 +11,12 @@ import _paths
 import pytest
 import torch
 
+
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
 from attnum.kernels.serving import ServingTarget, reference
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.usefixtures("one_thread")]
 REF = reference("fa2")
 
 
@@ -241,6 +242,7 @@ def test_7_a_forged_wheel_under_the_pinned_name_is_refused_and_never_extracted(c
     assert not pwned.exists()
 
 
+@pytest.mark.network  # the real sageattention wheel, downloaded once per session
 def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache, real_sage_wheel):
     import shutil
 
@@ -255,6 +257,7 @@ def test_7_a_decoy_wheel_beside_the_real_one_is_never_picked(cache, real_sage_wh
     assert not (cache / "wheels" / SAGE_WHEEL).exists()  # extracted, then deleted: the files are what is kept
 
 
+@pytest.mark.network  # the real sageattention wheel, downloaded once per session
 def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache, real_sage_wheel):
     import shutil
 
@@ -273,6 +276,7 @@ def test_7_an_extracted_file_edited_after_the_fetch_is_refused_before_use(cache,
     assert "planted" not in core.read_text()  # re-extracted from the verified wheel
 
 
+@pytest.mark.network  # the real sageattention wheel, downloaded once per session
 def test_8_a_symlink_inside_the_cache_is_never_written_through(cache, real_sage_wheel):
     import shutil
 
@@ -310,6 +314,7 @@ def test_8_a_symlink_inside_the_cache_is_never_written_through(cache, real_sage_
     assert not any((cache / "elsewhere").iterdir())
 
 
+@pytest.mark.network  # the real sageattention wheel, downloaded once per session
 def test_8_a_truncated_wheel_is_one_line_naming_the_file_and_the_command(cache, capsys, real_sage_wheel):
     from attnum.cli import main
 
@@ -358,7 +363,7 @@ def test_6_a_triton_target_named_without_the_prefix_under_triton_interpret_runs_
     pytest.importorskip("triton")
     kernel = _paths.TESTS / "_interp_triton_attention.py"
     run = subprocess.run([sys.executable, "-m", "attnum", "audit", f"{kernel}:attention_tf32", "--dtype", "bf16",
-                          "--probes", "scale-argument", "--json"], capture_output=True, text=True, timeout=280,
+                          "--probes", "scale-argument", "--json"], capture_output=True, text=True, timeout=_paths.HANG_S,
                          cwd=tmp_path, env={**cli_env(), "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(run.stdout)
@@ -616,7 +621,7 @@ def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr.readline() == "READY\n"  # inside `from attnum.cli import main`, after the handler is set
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=_paths.HANG_S)
     assert p.returncode == 130 and err.strip().splitlines() == ["attnum: interrupted"], (p.returncode, err[-500:])
 
 

@@ -10,8 +10,8 @@ import errno
 import importlib.util
 import json
 import os
-import time
 
+import _paths
 import pytest
 
 from attnum.audit.scan import scanner as scan_mod
@@ -67,7 +67,6 @@ def test_package_in_a_venv_and_skips_below_the_root(tmp_path, monkeypatch, capsy
     assert len(doc["skipped"]) == 1 and ".venv" in doc["skipped"][0]
 
 
-@pytest.mark.timeout(120)
 def test_real_transformers_package_is_read():
     if importlib.util.find_spec("transformers") is None:
         pytest.skip("transformers is not installed")
@@ -77,97 +76,48 @@ def test_real_transformers_package_is_read():
     assert fills and all(f.severity == "low" for f in fills)  # attn_weights = torch.where(..., mask_value)
 
 
-# 2. Every rule runs in linear time ---------------------------------------------------------------
+# 2. Pathological lines and big files: scanned whole, exactly ---------------------------------------
+# Linear time (ten such lines cost about ten times one; an 8x larger file about 8x) is a speed figure:
+# benchmarks/bench_scan.py measures it (--growth) against its targets. Here: the same inputs, whose
+# findings must come out as the sum of their parts (a test that never finishes hits the suite's hang guard).
 
-N = 20_000
-PATHOLOGICAL = {
-    "m-spaces": "m = " + " " * N,  # was 459 s at 5,000 spaces
-    "mask-value-spaces": "MASK_VALUE = " + " " * N,
-    "digits": "m = -" + "1" * N,
-    "dashes": "m = " + "-" * N,
-    "open-parens": "x = torch.finfo" + "(" * N,
-    "nested-finfo": "s = where(" + "finfo(" * (N // 6) + ")" * (N // 6),
-    "identifier": "a" * N + " = -1e4",
-    "inf-like-identifier": "inf" * (N // 3) + "x = 1",
-    "e-exponents": "m = -" + "1e" * (N // 2),
-    "commas-in-fill": "s = torch.where(m, " + "-1e4, " * (N // 6),
-    "ternaries": "s = a ? " + "b ? -1e4 : " * (N // 11),
-    "py-conditionals": "mask_value = " + "a if c else " * (N // 12) + "-1e4",
-    "nested-kwargs": "f(mask_value=" * (N // 13) + "-1e4" + ")" * (N // 13),
-    "chained-assignments": "mask_value = " * (N // 13) + "-1e4",
-    "tanh-chain": "qk = " + "tanh(" * (N // 5) + "softcap",
-    "quotes": "x = '" + "\\'" * (N // 2),
-    "block-comments": "/**/" * (N // 4),
-    "mixed": ("m_i[" + " -1e4, ( finfo(x).min where(mask ? : softcap * tanh lse exp2 exp( ") * (N // 70),
-}
+_spec = importlib.util.spec_from_file_location("bench_scan", _paths.ROOT / "benchmarks" / "bench_scan.py")
+bench_scan = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_scan)
+PATHOLOGICAL = bench_scan.PATHOLOGICAL
 
 
-def _best_of(n: int, fn) -> float:
-    """The fastest of ``n`` runs: the cost of the work itself, least disturbed by other load."""
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", PATHOLOGICAL)
 @pytest.mark.parametrize("python", [True, False], ids=["py", "cu"])
-def test_pathological_line_is_linear(name, python):
-    """Growth, not wall time: ten such lines cost about ten times one (linear: 10; quadratic: 100)."""
+def test_pathological_lines_are_scanned_line_by_line(name, python):
+    """Ten copies of a pathological line: each copy has the findings of the line alone, on its own line
+    (rules that read the lines before may add more: a softcap after a mask)."""
     line = PATHOLOGICAL[name]
-    one = _best_of(2, lambda: scan_text(line, "x", python=python))
-    ten = _best_of(2, lambda: scan_text("\n".join([line] * 10), "x", python=python))
-    assert ten / max(one, 1e-3) < 30, (one, ten)
+    one = {rule for _, rule in found(line, python=python)}
+    ten = found("\n".join([line] * 10), python=python)
+    assert {n for n, _ in ten} <= set(range(1, 11)), ten
+    for n in range(1, 11):
+        assert one <= {rule for m, rule in ten if m == n}, (n, one, ten)
 
 
-@pytest.mark.timeout(30)
 def test_a_long_line_is_seen_whole():
     """No length cap: a finding at the far end of a 1 MB line is reported."""
     assert found("x = 1;" + " " * 1_000_000 + "m_i = -1e30;", python=False) == [(1, "finite-running-max-init")]
 
 
-UNIT = (
-    "import torch\n"
-    "MASK_VALUE = -5e4  # line 2 of the unit: finite-inf-constant\n"
-    "def attention(q, k, v, keep):\n"
-    "    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5\n"
-    "    s = s.masked_fill(~keep, MASK_VALUE)  # line 5: finite-mask-fill\n"
-    "    p = torch.softmax(s, dim=-1)\n"
-    "    return p @ v\n"
-    "\f\n"  # a form feed is not a line break for editors or grep -n
-)
-
-
-def _scan_units(tmp_path, reps: int):
-    path = tmp_path / f"big{reps}.py"
-    path.write_text(UNIT * reps)
-    return path
-
-
-@pytest.mark.timeout(300)
-def test_big_file_in_linear_time_with_exact_line_numbers(tmp_path):
-    """An 8x larger file takes about 8x as long (linear; a quadratic scan would take 64x) and every line
-    number is exact to the end. Growth, not wall time: the 50 MB speed figure is
-    benchmarks/bench_scan.py's. The sizes are timed in alternation and the fastest of each kept, so one
-    burst of other load on a shared CI machine cannot land on one size only (a single 4x-size run once
-    read 8.0x)."""
-    small, big = 1_000_000 // len(UNIT) + 1, 8_000_000 // len(UNIT) + 1
-    small_path, big_path = _scan_units(tmp_path, small), _scan_units(tmp_path, big)
-    t_small, t_big, reports = [], [], []
-    for _ in range(2):
-        t_small.append(_best_of(1, lambda: scan([small_path])))
-        t_big.append(_best_of(1, lambda: reports.append(scan([big_path]))))
-    ratio = min(t_big) / min(t_small)
-    report = reports[0]
-    lines_per_unit = UNIT.count("\n")
-    assert len(report.findings) == 2 * big
+def test_big_file_with_exact_line_numbers(tmp_path):
+    """Every line number of an 8 MB file is exact to the end (the scan's speed on such files:
+    benchmarks/bench_scan.py)."""
+    unit = bench_scan.UNIT
+    reps = 8_000_000 // len(unit) + 1
+    path = tmp_path / "big.py"
+    path.write_text(unit * reps)
+    report = scan([path])
+    lines_per_unit = unit.count("\n")
+    assert len(report.findings) == 2 * reps
     last = report.findings[-2:]
-    assert [(f.line, f.rule) for f in last] == [((big - 1) * lines_per_unit + 2, "finite-inf-constant"),
-                                                ((big - 1) * lines_per_unit + 5, "finite-mask-fill")]
-    assert ratio < 24, f"8x the bytes took {ratio:.1f}x the time ({min(t_small):.2f} s -> {min(t_big):.2f} s)"
+    assert [(f.line, f.rule) for f in last] == [((reps - 1) * lines_per_unit + 2, "finite-inf-constant"),
+                                                ((reps - 1) * lines_per_unit + 5, "finite-mask-fill")]
 
 
 @pytest.mark.parametrize("sep", ["\f", "\v", "\x1c", "\u2028", "\x85"])
@@ -240,7 +190,6 @@ def test_missing_path_and_empty_string(tmp_path, capsys):
     assert_one_line_error(*cli(["scan", ""], capsys)[::2], "path=''")
 
 
-@pytest.mark.timeout(20)
 def test_fifo_is_refused_without_blocking(tmp_path, capsys):
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs here")
@@ -250,7 +199,6 @@ def test_fifo_is_refused_without_blocking(tmp_path, capsys):
     assert_one_line_error(*cli(["scan", str(tmp_path)], capsys)[::2], "pipe.py", "FIFO")
 
 
-@pytest.mark.timeout(20)
 def test_fifo_swapped_in_after_listing_is_refused_by_fstat(tmp_path):
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs here")

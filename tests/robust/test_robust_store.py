@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import _paths
 import pytest
 from _sweep_helpers import PACKAGE_ROOT, cli, write_spec
 
@@ -26,8 +27,6 @@ from attnum.errors import AttnumEnvironmentError, AttnumInputError
 from attnum.sandbox.processes import start_time, this_process
 from attnum.store.db import DB_NAME, Store, open_store
 from attnum.store.lock import LOCK_NAME
-
-pytestmark = pytest.mark.timeout(120)
 
 SMALL_SPEC = """
 name = "small"
@@ -88,7 +87,7 @@ def _copy(src: Path, dst: Path) -> Path:
 def _python(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=_paths.HANG_S)
 
 
 # ---- 1. one writer per folder -------------------------------------------------------------------

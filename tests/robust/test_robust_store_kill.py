@@ -23,7 +23,6 @@ from _sweep_helpers import descendants, popen_cli, run_cli, write_spec
 from attnum.store.db import DB_NAME, open_store
 
 pytestmark = [
-    pytest.mark.timeout(180),
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the worker processes"),
 ]
 
@@ -93,15 +92,15 @@ def test_sigkill_at_random_moments_with_jobs2(tmp_path):
             def enough(proc=proc, n=len(kept) + at):
                 return len(_rows(db)) >= n or proc.poll() is not None
 
-            _wait_until(enough, 120, f"{at} new rows")
+            _wait_until(enough, _paths.PATIENCE_S, f"{at} new rows")
         assert proc.poll() is None, f"the sweep ended before kill {n_run}: {proc.stderr.read()}"
         below = descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=_paths.PATIENCE_S)
         proc.stderr.close()
         # No worker survives its driver (they used to linger for 46 minutes, ~250 MB each).
         try:
-            _wait_until(lambda below=below: not _alive(below), 8, "the workers to exit")
+            _wait_until(lambda below=below: not _alive(below), _paths.PATIENCE_S, "the workers to exit")
         finally:
             for p in _alive(below):
                 os.kill(p, signal.SIGKILL)
@@ -129,7 +128,7 @@ def test_sigkill_at_random_moments_with_jobs2(tmp_path):
 def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanly(tmp_path):
     spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
     first = popen_cli("sweep", spec, "--out", out, "--quiet")  # in-process points: the first row comes soonest
-    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, 120, "a first row")
+    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, _paths.PATIENCE_S, "a first row")
     assert first.poll() is None
     second = run_cli("sweep", spec, "--out", out, "--quiet", check=False)
     assert second.returncode == 2
@@ -137,10 +136,10 @@ def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanl
     assert line.startswith("attnum: error: ") and f"(pid {first.pid} on " in line and "--out" in line
     below = descendants(first.pid)
     first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=60) == 130
+    assert first.wait(timeout=_paths.PATIENCE_S) == 130
     assert "Traceback" not in first.stderr.read()
     first.stderr.close()
-    _wait_until(lambda: not _alive(below), 8, "the workers to exit")
+    _wait_until(lambda: not _alive(below), _paths.PATIENCE_S, "the workers to exit")
     # Interrupted, not killed: the run says so, and the WAL was checkpointed on the way out.
     shutil.copy(out / DB_NAME, tmp_path / "alone.sqlite")
     alone = sqlite3.connect(tmp_path / "alone.sqlite")
@@ -220,15 +219,15 @@ def test_sigterm_with_ray_shuts_ray_down(tmp_path):
     ``interrupted`` (exit 130) and the local Ray instance it started goes with it."""
     spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
     proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2", "--executor", "ray")
-    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, 150, "a first row")
+    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, _paths.PATIENCE_S, "a first row")
     assert proc.poll() is None, proc.stderr.read()
     below = descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=60)
+    code = proc.wait(timeout=_paths.PATIENCE_S)
     assert code == 130, proc.stderr.read()
     proc.stderr.close()
     try:
-        _wait_until(lambda: not _alive(below), 20, "Ray's processes to exit")
+        _wait_until(lambda: not _alive(below), _paths.PATIENCE_S, "Ray's processes to exit")
     finally:
         for p in _alive(below):
             os.kill(p, signal.SIGKILL)
@@ -254,13 +253,13 @@ def test_distributed_ranks_die_with_a_sigkilled_parent(tmp_path):
         def ranks():
             return [p for p in descendants(proc.pid) if b"spawn_main" in _cmdline(p)]
 
-        below = _wait_until(lambda: len(ranks()) >= 2 and ranks(), 60, "two ranks")
+        below = _wait_until(lambda: len(ranks()) >= 2 and ranks(), _paths.PATIENCE_S, "two ranks")
         time.sleep(0.5)
     finally:
         proc.kill()
-        proc.wait(timeout=30)
+        proc.wait(timeout=_paths.PATIENCE_S)
     try:
-        _wait_until(lambda: not _alive(below), 8, "the ranks to exit")
+        _wait_until(lambda: not _alive(below), _paths.PATIENCE_S, "the ranks to exit")
     finally:
         for p in _alive(below):
             os.kill(p, signal.SIGKILL)

@@ -7,12 +7,12 @@ import shutil
 import subprocess
 import sys
 
+import _paths
 import pytest
 import torch
 from safetensors.torch import load_file
 
 
-@pytest.mark.timeout(120)
 def test_two_ranks_agree_on_weights(tmp_path):
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
@@ -21,7 +21,7 @@ def test_two_ranks_agree_on_weights(tmp_path):
     cmd += ["--standalone", "--nproc_per_node", "2", "-m", "attnum.studies.training.ddp",
             "--steps", "4", "--ckpt-every", "2", "--out", str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110, check=False)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=_paths.HANG_S, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r0 = load_file(str(tmp_path / "ddp" / "rank_0.safetensors"))
     r1 = load_file(str(tmp_path / "ddp" / "rank_1.safetensors"))

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import _paths
 import pytest
 from _sweep_helpers import CLI, cli_env, popen_cli, run_cli, write_spec
 
@@ -40,7 +41,7 @@ def _done_rows(db) -> int:
         return 0
 
 
-def _wait_for_rows(proc, db, n, timeout=120.0) -> int:
+def _wait_for_rows(proc, db, n, timeout=_paths.PATIENCE_S) -> int:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         rows = _done_rows(db)
@@ -56,7 +57,7 @@ def test_sigkill_then_resume_one_row_per_point(tmp_path):
     proc = popen_cli("sweep", spec, "--out", out, "--quiet")
     _wait_for_rows(proc, out / DB_NAME, 5)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.wait(timeout=_paths.PATIENCE_S)
     after_kill = _done_rows(out / DB_NAME)
     assert 5 <= after_kill < N_POINTS, "the kill must land mid-sweep for this test to mean anything"
 
@@ -87,9 +88,9 @@ def test_ctrl_c_with_jobs2_marks_run_interrupted_and_resumes(tmp_path):
     _wait_for_rows(proc, out / DB_NAME, 3)
     workers = _children(proc.pid)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    assert proc.wait(timeout=_paths.PATIENCE_S) == 130, proc.stderr.read()
     t0 = time.monotonic()  # the driver stopped its workers on the way out
-    while [w for w in workers if Path(f"/proc/{w}").exists()] and time.monotonic() - t0 < 8:
+    while [w for w in workers if Path(f"/proc/{w}").exists()] and time.monotonic() - t0 < _paths.PATIENCE_S:
         time.sleep(0.05)
     assert not [w for w in workers if Path(f"/proc/{w}").exists()]
     with open_store(out) as store:
@@ -125,7 +126,7 @@ def test_killed_worker_fails_its_points_and_the_sweep_goes_on(tmp_path):
     workers = _children(proc.pid)
     assert workers, "no worker processes found"
     os.kill(workers[0], signal.SIGKILL)
-    assert proc.wait(timeout=180) == 0, proc.stderr.read()
+    assert proc.wait(timeout=_paths.HANG_S) == 0, proc.stderr.read()
     with open_store(out) as store:
         counts = store.counts()
         failed = store.rows(status="failed")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import _paths
 import pytest
 import torch
 from _sweep_helpers import CLI, TINY_COMPARE_POINTS, TINY_KERNEL_POINTS, cli, cli_env, write_spec
@@ -103,7 +104,7 @@ def test_jobs2_process_pool_stores_the_same_numbers(tiny_run, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", CLI, "sweep", str(write_spec(tmp_path)), "--out", str(tmp_path / "out2"),
                              "--jobs", "2", "--quiet"], env=cli_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.wait(timeout=240) == 0, proc.stderr.read()
+    assert proc.wait(timeout=_paths.HANG_S) == 0, proc.stderr.read()
     assert _process_group(proc.pid) == []  # no worker (nor multiprocessing's resource tracker) outlives the sweep
     with open_store(out) as a, open_store(tmp_path / "out2") as b:
         ra = {r["key"]: r["metrics"] for r in a.rows()}

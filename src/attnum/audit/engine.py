@@ -66,6 +66,9 @@ class AuditReport:
     # The conventions judged by: {"causal_alignment", "empty_rows", "source": {field: where from}}.
     conventions: dict = field(default_factory=dict)
     isolated: bool = False
+    # What the target's code warned that is not arithmetic (a DeprecationWarning from a library it imports):
+    # "text (xN)", once each, kept out of the verdicts' notes (CaseLog).
+    warnings: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -155,24 +158,34 @@ def contexts(config: AuditConfig, target: Callable, conv: dict, monitor=None) ->
             for dtype in config.dtypes}
 
 
+# Warnings of the target's arithmetic (numpy's overflow / invalid value / divide by zero in an interpreted kernel):
+# they explain a case, so they go into its note. Every other category (DeprecationWarning, FutureWarning,
+# UserWarning, ...) comes from the code around the kernel and goes to the report's warnings, never a verdict.
+ARITHMETIC_WARNINGS = ("RuntimeWarning: ",)
+
+
 class CaseLog:
     """A monitor (see ProbeContext.monitor) that keeps the cases finished and the call in flight, so
     a probe cut short still shows what it had done and where it stopped. ``pending`` (the kernel
-    server's ``take_warnings``) gives what the target warned since it was last asked: those warnings
-    are kept per case (``warned``) and go into the case's note (:func:`with_warnings`)."""
+    server's ``take_warnings``) gives what the target warned since it was last asked: warnings of its
+    arithmetic are kept per case (``warned``) and go into the case's note (:func:`with_warnings`); the
+    others are kept for the whole audit (``library``: the report's warnings)."""
 
     def __init__(self, forward: Callable[[str, str, object], None] | None = None,
                  pending: Callable[[], list[str]] | None = None) -> None:
         self.forward, self.pending, self.cases, self.label, self.calls = forward, pending, [], "", 0
         self.warned: dict[str, list[str]] = {}
+        self.library: list[str] = []
 
     def start(self) -> None:
         self.cases, self.label, self.calls, self.warned = [], "", 0, {}
 
     def collect(self, label: str) -> None:
         got = self.pending() if self.pending is not None else []
-        if got:
-            self.warned.setdefault(label, []).extend(got)
+        arithmetic = [w for w in got if w.startswith(ARITHMETIC_WARNINGS)]
+        self.library += [w for w in got if not w.startswith(ARITHMETIC_WARNINGS)]
+        if arithmetic:
+            self.warned.setdefault(label, []).extend(arithmetic)
 
     def __call__(self, event: str, label: str, payload: object = None) -> None:
         if event == "case":
@@ -195,10 +208,7 @@ def with_warnings(cases: list[Case], log: CaseLog) -> list[Case]:
     for case in cases:
         got = log.warned.get(case.label)
         if got:
-            counts: dict[str, int] = {}
-            for w in got:
-                counts[w] = counts.get(w, 0) + 1
-            text = "; ".join(w + (f" (x{n})" if n > 1 else "") for w, n in counts.items())
+            text = "; ".join(counted(got))
             v = case.verdict
             note = f"{v.note}; warned: {text}" if v.note else f"warned: {text}"
             case = dataclasses.replace(case, verdict=dataclasses.replace(v, note=note))
@@ -238,13 +248,26 @@ def numerics_label(config: AuditConfig, fn: Callable | None = None) -> str:
     return "native"
 
 
+def counted(warnings: list[str]) -> tuple[str, ...]:
+    """Each distinct warning once, in order, with ``(xN)`` when it came N > 1 times."""
+    counts: dict[str, int] = {}
+    for w in warnings:
+        counts[w] = counts.get(w, 0) + 1
+    return tuple(w + (f" (x{n})" if n > 1 else "") for w, n in counts.items())
+
+
 def finish(config: AuditConfig, available: bool, reason: str, results: list[ProbeResult], conv: dict,
-           *, isolated: bool, fn: Callable | None = None) -> AuditReport:
+           *, isolated: bool, fn: Callable | None = None, warnings: list[str] | None = None) -> AuditReport:
     # A target that refused every case was not audited: not "passed" (the CLI exits 3).
     refused = _nothing_tested(results)
     if refused:
         available, reason = False, refused
     env = {**environment(config.device), "numerics": numerics_label(config, fn)}
+    if fn is not None:  # a merge-only target: causal alignment and empty rows do not apply (the report omits them)
+        from attnum.kernels.serving import attention_conventions_apply
+
+        conv = {**conv, "attention": attention_conventions_apply(fn)}
     name = config.target or getattr(fn, "__name__", repr(fn))
     return AuditReport(target=name, config=config, available=available, reason=reason,
-                       results=tuple(results), environment=env, conventions=conv, isolated=isolated)
+                       results=tuple(results), environment=env, conventions=conv, isolated=isolated,
+                       warnings=counted(warnings or []))

@@ -29,7 +29,7 @@ def undeclared(ctx: ProbeContext, name: str, what: str, *, sdpa: bool = True) ->
     """The "unsupported" case when the target does not declare ``attnum_<name>`` or, for a feature of the SDPA
     entry point (``sdpa``), has none (a decode-only serving target: its feature cases are the decode ones),
     else None."""
-    if sdpa and getattr(ctx.target, "has_sdpa", True) is False:
+    if sdpa and getattr(ctx.target, "attnum_sdpa", True) is False:
         return unsupported(name, "target has no SDPA entry point (its decode entry is asked below, if it takes "
                                  "the feature)")
     try:

@@ -29,7 +29,7 @@ from attnum.kernels import conventions
 from attnum.sandbox.remote import RemoteTarget
 from attnum.sandbox.server import IMPORT_GRACE, KernelServer, TargetGone
 
-__all__ = ["IMPORT_GRACE", "IMPORT_ROW", "run_isolated"]
+__all__ = ["IMPORT_GRACE", "IMPORT_ROW", "Started", "run_isolated", "start"]
 IMPORT_ROW = "target-import"  # the row of a target that dies while it is being imported
 
 
@@ -47,9 +47,23 @@ def _declared(info: dict) -> dict[str, str]:
     return out
 
 
-def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], None] | None = None
-                 ) -> runner.AuditReport:
-    """:func:`attnum.audit.runner.run_audit` with the target in kernel servers (see the module doc)."""
+class Started:
+    """A kernel server whose target resolved and can run here: what :func:`start` hands :func:`run_isolated`."""
+
+    def __init__(self, server: KernelServer, info: dict) -> None:
+        self.server, self.info = server, info
+
+
+def _server(config: AuditConfig) -> KernelServer:
+    return KernelServer("attention", config.target, device=config.device, timeout=config.timeout,
+                        threads=torch.get_num_threads(), numerics=config.numerics, arch=config.arch)
+
+
+def start(config: AuditConfig) -> Started | runner.AuditReport:
+    """Resolve ``config.target`` before any probe runs: attnum's own names here, a user's code in a fresh
+    kernel server (it imports the file or module and checks the signature there). An unknown name or a bad
+    target is an AttnumInputError now, before the audit's progress starts; a target that cannot run here,
+    or dies while it is imported, is the finished report that says so."""
     from attnum.kernels import user
     from attnum.kernels.registry import resolve
 
@@ -60,27 +74,55 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
         if not t.available:
             conv = runner.resolve_conventions(config, t.declared)
             return runner.finish(config, False, t.reason, [], conv, isolated=True)
+    t0 = time.perf_counter()
+    server = _server(config)
+    try:
+        info = server.start()  # AttnumInputError: the name does not resolve (exit 2)
+    except TargetGone as gone:
+        server.close()
+        verdict = runner.aborted(gone.status, f"{gone.what} while importing the target")
+        row = runner._row(IMPORT_ROW, ",".join(config.dtypes), [Case(label="import", verdict=verdict)],
+                          time.perf_counter() - t0)
+        return runner.finish(config, True, "", [row], runner.resolve_conventions(config, {}), isolated=True)
+    except BaseException:
+        server.close()
+        raise
+    conv = runner.resolve_conventions(config, _declared(info))
+    if info.get("available") is not True:
+        server.close()
+        return runner.finish(config, False, str(info.get("reason", "")), [], conv, isolated=True)
+    return Started(server, info)
+
+
+def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], None] | None = None,
+                 started: Started | runner.AuditReport | None = None) -> runner.AuditReport:
+    """:func:`attnum.audit.runner.run_audit` with the target in kernel servers (see the module doc);
+    ``started``: what :func:`start` returned, when the caller resolved the target first."""
+    first = start(config) if started is None else started
+    if isinstance(first, runner.AuditReport):
+        return first
     todo = runner.plan(config)
     results: list[runner.ProbeResult] = []
-    conv: dict = runner.resolve_conventions(config, {})
+    conv: dict = runner.resolve_conventions(config, _declared(first.info))
 
     def add(row: runner.ProbeResult) -> None:
         results.append(row)
         if progress is not None:
             progress(row)
 
-    server: KernelServer | None = None
-    target = None
+    server: KernelServer | None = first.server
+    target = RemoteTarget(server)
+    library: list[str] = []  # every log's non-arithmetic warnings (the report's, not a verdict's)
+    log = runner.CaseLog(pending=server.take_warnings)
+    ctxs = runner.contexts(config, target, conv, monitor=log)
     i = 0
     try:
         while i < len(todo):
             t_probe = time.perf_counter()
-            if server is None:
-                server = KernelServer("attention", config.target, device=config.device, timeout=config.timeout,
-                                      threads=torch.get_num_threads(), numerics=config.numerics,
-                                      arch=config.arch)
+            if server is None:  # the last probe's child died: a fresh one for this probe
+                server = _server(config)
                 try:
-                    info = server.start()  # AttnumInputError: the name does not resolve (exit 2)
+                    info = server.start()
                 except TargetGone as gone:
                     verdict = runner.aborted(gone.status, f"{gone.what} while importing the target")
                     add(runner._row(IMPORT_ROW, ",".join(config.dtypes), [Case(label="import", verdict=verdict)],
@@ -90,6 +132,7 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
                 if info.get("available") is not True:
                     return runner.finish(config, False, str(info.get("reason", "")), results, conv, isolated=True)
                 target = RemoteTarget(server)
+                library += log.library
                 log = runner.CaseLog(pending=server.take_warnings)
                 ctxs = runner.contexts(config, target, conv, monitor=log)
             dtype, probe = todo[i]
@@ -104,4 +147,4 @@ def run_isolated(config: AuditConfig, progress: Callable[[runner.ProbeResult], N
     finally:
         if server is not None:
             server.close()  # also whatever the target left running in its tree
-    return runner.finish(config, True, "", results, conv, isolated=True, fn=target)
+    return runner.finish(config, True, "", results, conv, isolated=True, fn=target, warnings=library + log.library)

@@ -22,10 +22,26 @@ def _json_num(x: float) -> float:
     return float(x)
 
 
+WIDTH = 160  # the longest line the human view prints of its own (a table row may be wider: its values stay whole)
+
+
+def fold(head: str, items: list[str], width: int = WIDTH) -> str:
+    """``head`` and as many of ``items`` as fit in ``width`` characters, then ``(+N more)``."""
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        more = f" (+{len(items) - i - 1} more)" if i < len(items) - 1 else ""
+        line = head + ", ".join([*shown, item]) + more
+        if len(line) > width and shown:
+            return head + ", ".join(shown) + f" (+{len(items) - i} more)"
+        shown.append(item)
+    return head + ", ".join(shown)
+
+
 def conventions_line(report: AuditReport) -> str:
-    """"conventions: causal top-left (default (SDPA)), empty rows zeros (declared)"."""
+    """"conventions: causal top-left (default (SDPA)), empty rows zeros (declared)"; nothing for a target
+    with no attention entry point (a merge of states), where neither applies."""
     c = report.conventions
-    if not c:
+    if not c or c.get("attention") is False:
         return ""
     src = c.get("source", {})
     line = (f"conventions: causal {alignment_label(c['causal_alignment'])} ({src.get('causal_alignment', '?')}), "
@@ -78,6 +94,7 @@ def to_json(report: AuditReport) -> dict:
                  "strict": cfg.strict, "terms": "u_fmt + sqrt(n) * u_acc", "near_bound": NEAR_BOUND,
                  "emulation": report.conventions.get("emulation")},
         "conventions": report.conventions,
+        "warnings": list(report.warnings),
         "isolated": report.isolated,
         "timeout": cfg.timeout,
         "device": cfg.device,
@@ -107,11 +124,12 @@ def _probe_json(r: ProbeResult) -> dict:
 
 
 def print_table(report: AuditReport, stream=None, *, show_all: bool = False) -> None:
-    """The human view: the one-line summary first, one row per probe and dtype, the summary again as the
-    last line (for ``tail``). Rows whose every case was ``unsupported`` (the target cannot express the
-    probe: the serving probes on an SDPA kernel) fold into one line per reason unless ``show_all``; --json
-    and --html keep every row (attnum.console.tables: whole values in a log or a pipe, the terminal's
-    width on a terminal)."""
+    """The human view: the one-line summary first, one row per probe and dtype, then the environment, the
+    folded rows, what the target's libraries warned, the conventions and the verdict rule (once each), and
+    the summary again as the last line (for ``tail``). Rows whose every case was ``unsupported`` (the
+    target cannot express the probe: the serving probes on an SDPA kernel) fold into one line per reason
+    unless ``show_all``; --json and --html keep every row (attnum.console.tables: whole values in a log or
+    a pipe, the terminal's width on a terminal). No line of its own is longer than :data:`WIDTH`."""
     from attnum.console.tables import print_table as emit
     from attnum.console.tables import say
 
@@ -130,25 +148,43 @@ def print_table(report: AuditReport, stream=None, *, show_all: bool = False) -> 
          styles=styles, stream=stream)
     for line in folded_lines([r for r in report.results if not show_all and r.status == "unsupported"]):
         say(line, stream)
-    say(conventions_line(report), stream)
+    if report.warnings:
+        say(fold(f"the target's code warned {len(report.warnings)} thing(s), not verdicts (--json has them whole): ",
+                 [w[:60] for w in report.warnings]), stream)
+    if conventions_line(report):
+        say(conventions_line(report), stream)
+    say(rule_line(report), stream)
     say(summary(report), stream)
 
 
 def folded_lines(rows: list[ProbeResult]) -> list[str]:
-    """One line for the unsupported rows left out of the table: how many, which probes, and why."""
+    """The unsupported rows left out of the table: a head line, then one line per reason naming its probes
+    (folded to :data:`WIDTH`; ``--all`` shows the rows, --json has each one's reason whole)."""
     if not rows:
         return []
     by_reason: dict[str, list[str]] = {}
     for r in rows:
-        names = by_reason.setdefault(r.note.split(" (")[0] or "no reason given", [])
+        # the reason without the case's label ("raw logits -1e+04: ..."), so that one reason is one line
+        why = (r.cases[0].verdict.note if r.cases else r.note).split(" (")[0] or "no reason given"
+        names = by_reason.setdefault(_shorten(why, 100), [])
         if r.name not in names:
             names.append(r.name)
     dtypes = ", ".join(dict.fromkeys(r.dtype for r in rows))
-    why = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
-    return [f"{len(rows)} unsupported row(s) not shown ({dtypes}; --all shows them): {why}"]
+    out = [f"{len(rows)} unsupported row(s) not shown ({dtypes}; --all shows them):"]
+    for reason, names in by_reason.items():
+        out.append(fold(f"  {reason}: ", names))
+    return out
+
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` cut at a word boundary to at most ``width`` characters, with "..." where it was cut."""
+    if len(text) <= width:
+        return text
+    return text[:width - 3].rsplit(" ", 1)[0] + "..."
 
 
 def summary(report: AuditReport) -> str:
+    """``TARGET: PASSED (3 note, 60 pass, 57 unsupported)``: the first and the last line of the table."""
     counts: dict[str, int] = {}
     for r in report.results:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -157,12 +193,17 @@ def summary(report: AuditReport) -> str:
     if near:
         parts += f"; {near} near bound (> {NEAR_BOUND:.0%})"
     word = "PASSED" if report.passed else "FAILED"
+    return f"{report.target}: {word} ({parts})"
+
+
+def rule_line(report: AuditReport) -> str:
+    """The verdict rule the rows were judged by (printed once, after the table)."""
     emulation = report.conventions.get("emulation")
     if emulation:  # attnum.audit.emulated: target err = |kernel - emulation|, baseline err = emulation's own
-        return f"{report.target}: {word} ({parts}); rule: |kernel - {emulation}| <= {report.config.floor_ulps:g} " \
-               f"ulp at the output's scale (baseline err: {emulation}'s own error against float64)"
-    return f"{report.target}: {word} ({parts}); rule: err <= {report.config.k:g} x baseline + " \
-           f"{report.config.floor_ulps:g} ulp + (u + sqrt(n) u_acc) x |terms| (gradients {report.config.k_grad:g} x)"
+        return f"rule: |kernel - {emulation}| <= {report.config.floor_ulps:g} ulp at the output's scale " \
+               f"(baseline err: {emulation}'s own error against float64)"
+    return f"rule: err <= {report.config.k:g} x baseline + {report.config.floor_ulps:g} ulp + " \
+           f"(u + sqrt(n) u_acc) x |terms| (gradients {report.config.k_grad:g} x)"
 
 
 def to_html(report: AuditReport) -> str:
@@ -188,5 +229,5 @@ def to_html(report: AuditReport) -> str:
         "body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}tr.case{color:#666;font-size:90%}"
         "tr.fail td,tr.unwritten td,tr.out td,tr.error td,tr.crashed td,tr.exited td,tr.timed td{background:#fdd}tr.note td,tr.near td{background:#ffd}tr.pass td{background:#dfd}"
         "</style>"
-        f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}</p>"
+        f"</head><body><h1>attnum audit {esc(report.target)}</h1><p>{esc(summary(report))}; {esc(rule_line(report))}</p>"
         f"<p>{esc(environment_line(report))}</p><p>{esc(conventions_line(report))}</p>{body}</body></html>")

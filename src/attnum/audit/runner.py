@@ -37,10 +37,14 @@ from attnum.kernels import conventions
 
 
 def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = None,
-              progress: Callable[[ProbeResult], None] | None = None, *, isolate: bool | None = None) -> AuditReport:
+              progress: Callable[[ProbeResult], None] | None = None, *, isolate: bool | None = None,
+              started: object = None) -> AuditReport:
     """Audit ``target`` (or the one ``config.target`` names) with the configured probes and dtypes.
 
-    ``isolate``: None = ``config.isolate`` for a name, in-process for a callable.
+    ``isolate``: None = ``config.isolate`` for a name, in-process for a callable. ``started``: what
+    :func:`attnum.audit.isolate.start` returned for ``config``, when the caller resolved the target
+    before its progress began (the CLI: a bad target is then its first and only line); in process, the
+    :class:`attnum.kernels.registry.Target` that ``config.target`` resolved to.
     """
     if isolate is None:
         isolate = config.isolate and target is None
@@ -51,13 +55,13 @@ def run_audit(config: AuditConfig, target: Callable[..., torch.Tensor] | None = 
     if isolate:
         if target is not None:
             raise ValueError("isolate=True needs the target by name (config.target), not a callable")
-        return iso.run_isolated(config, progress=progress)
+        return iso.run_isolated(config, progress=progress, started=started)
     available, reason, declared = True, "", {}
     if target is None:
-        from attnum.kernels.registry import resolve
+        from attnum.kernels.registry import Target, resolve
 
-        resolved = resolve(config.target, config.device, param="target", numerics=config.numerics,
-                           arch=config.arch)
+        resolved = started if isinstance(started, Target) else resolve(
+            config.target, config.device, param="target", numerics=config.numerics, arch=config.arch)
         target, available, reason, declared = resolved.fn, resolved.available, resolved.reason, resolved.declared
     else:
         declared = conventions.declared(target)

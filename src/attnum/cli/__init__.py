@@ -28,12 +28,18 @@ from pathlib import Path
 import typer
 from typer import _click
 from typer.exceptions import Abort
+from typer.models import DefaultPlaceholder
 
 from attnum.console.conventions import ConventionalGroup
 from attnum.errors import AttnumInputError
 
-# The shell's own commands; each study family adds its own (_register_families).
-_COMMAND_MODULES = ("sweep", "reproduce", "runs", "export", "report", "audit", "fingerprint", "scan", "kernels")
+# The shell's own commands, the Quickstart's first; each study family adds its own (_register_families).
+_COMMAND_MODULES = ("reproduce", "sweep", "runs", "export", "report", "audit", "fingerprint", "scan", "kernels")
+
+# ``attnum --help`` groups the commands by what they are for, in this order. A command module says where
+# its commands go with a module constant ``PANEL``; a study family's commands default to "Studies", any
+# other command to "More" (so a new command shows up without an edit here).
+PANELS = ("Reproduce and sweep", "Audit kernels", "Studies", "Store and reports", "More")
 
 
 # A write the disk refused: what the user can act on, not a bug.
@@ -64,6 +70,12 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+class _Group(ConventionalGroup):
+    """attnum's top-level group: commands listed panel by panel, in :data:`PANELS` order."""
+
+    panel_order = PANELS
+
+
 def build_app() -> typer.Typer:
     app = typer.Typer(
         name="attnum",
@@ -71,7 +83,7 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
-        cls=ConventionalGroup,
+        cls=_Group,
     )
 
     @app.callback()
@@ -79,10 +91,20 @@ def build_app() -> typer.Typer:
                                             help="Print attnum's version (and torch's) and exit.")) -> None:
         """Numerical trustworthiness of attention kernels."""
 
-    _register_families(app)
     for name in _COMMAND_MODULES:
-        importlib.import_module(f"attnum.cli.{name}").register(app)
+        _register(app, importlib.import_module(f"attnum.cli.{name}"), "More")
+    _register_families(app)
     return app
+
+
+def _register(app: typer.Typer, module, default_panel: str) -> None:
+    """``module.register(app)``, then its new commands get ``module.PANEL`` (else ``default_panel``)."""
+    commands, groups = len(app.registered_commands), len(app.registered_groups)
+    module.register(app)
+    panel = getattr(module, "PANEL", default_panel)
+    for info in [*app.registered_commands[commands:], *app.registered_groups[groups:]]:
+        if isinstance(info.rich_help_panel, DefaultPlaceholder) or info.rich_help_panel is None:
+            info.rich_help_panel = panel
 
 
 def _register_families(app: typer.Typer) -> None:
@@ -93,7 +115,7 @@ def _register_families(app: typer.Typer) -> None:
     for name in FAMILIES:
         module = f"attnum.studies.{name}.cli"
         if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module).register(app)
+            _register(app, importlib.import_module(module), "Studies")
 
 
 _INTERRUPTED: list[bool] = []  # a SIGINT arrived during this main(): what it broke is an interruption

@@ -12,37 +12,36 @@ from pathlib import Path
 
 import typer
 
+PANEL = "Audit kernels"
+
 EXIT_UNAVAILABLE = 3
 HELP = ("Audit an attention kernel for silent numerical bugs (exit 0 pass, 1 fail, 2 usage, 3 unavailable).\n\n"
-        "A Triton kernel runs on CPU as triton-interpret:FILE.py:FUNCTION (Triton's interpreter with the GPU's "
-        "arithmetic; see --numerics). Serving kernels (prefill incl. varlen cu_seqlens, decode single- and "
-        "multi-query, paged, merge of 2 and N states) follow docs/audit.md, 'The serving protocol'; SGLang's and "
-        "vLLM's Triton kernels are built in (sglang-decode, sglang-merge, sglang-extend, sglang-context, "
-        "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, vllm-triton-merge; attnum kernels fetch sglang|vllm), "
-        "SageAttention 1.0.6's (sage1-triton, judged against attnum's sage1 emulation; attnum kernels fetch "
-        "sageattention), FlashInfer 0.7.2's Triton merges (flashinfer-triton-merge, -merge-n, -merge-varlen; "
-        "attnum kernels fetch flashinfer), ring-flash-attn 0.1.8's merge (ring-flash-attn-merge; attnum kernels "
-        "fetch ring-flash-attn) and fla-core 0.6.0's parallel_attn (fla-parallel-attn; attnum kernels fetch fla). "
-        "A built-in of a fetched package takes @VERSION for another pinned release (vllm-unified@0.30.0; attnum "
-        "kernels list).")
+        "TARGET is package.module:function, path/file.py:function, triton-interpret:FILE.py:FUNCTION (a Triton "
+        "kernel run on CPU by Triton's interpreter with the GPU's arithmetic; see --numerics), or a built-in "
+        "(listed below; docs/audit.md has what each is). Serving kernels (prefill incl. varlen cu_seqlens, "
+        "decode, paged, merges) follow docs/audit.md, 'The serving protocol'; the third-party Triton kernels "
+        "run from the installed package or from its wheel: attnum kernels fetch PACKAGE. A built-in of a fetched "
+        "package takes @VERSION for another pinned release (vllm-unified@0.30.0; attnum kernels list).")
+
+
+def _epilog() -> str:
+    """The built-in targets, read from the registry when the help is shown (no torch for ``attnum --help``)."""
+    from attnum.cli.catalogue import help_targets
+
+    return f"Built-in targets: {help_targets()}."
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("audit", help=HELP)
+    from attnum.console.conventions import lazy_epilog
+
+    @app.command("audit", help=HELP, cls=lazy_epilog(_epilog))
     def audit(
-        target: str | None = typer.Argument(None, show_default=False,
-                                            help="package.module:function, path/file.py:function, or a built-in "
-                                                 "(torch-sdpa, torch-sdpa-math, torch-sdpa-flash, torch-sdpa-efficient, "
-                                                 "torch-sdpa-cudnn, torch-flex, flash-attn, flashinfer, xformers, "
-                                                 "sglang-decode, sglang-merge, sglang-extend, sglang-context, "
-                                                 "vllm-unified, vllm-triton-decode, vllm-prefix-prefill, "
-                                                 "vllm-triton-merge, flashinfer-triton-merge, flashinfer-triton-merge-n, "
-                                                 "flashinfer-triton-merge-varlen, ring-flash-attn-merge, "
-                                                 "fla-parallel-attn), or "
-                                                 "triton-interpret:FILE.py:FUNCTION for a Triton kernel on CPU"),
+        target: str | None = typer.Argument(None, help="package.module:function, path/file.py:function, "
+                                                       "triton-interpret:FILE.py:FUNCTION, or a built-in (below)"),
         dtype: str = typer.Option("bf16,fp16,fp32", "--dtype", help="comma-separated: bf16, fp16, fp32"),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-        probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all)"),
+        probes: str | None = typer.Option(None, "--probes", help="comma-separated probe names (default: all; "
+                                                                  "--list shows them)"),
         strict: bool = typer.Option(False, "--strict", help="behaviour probes (NaN in masked K/V, determinism, "
                                                             "batch invariance) fail instead of noting"),
         k: float = typer.Option(2.0, "--k", help="fail when err > k x baseline err + floor"),
@@ -61,7 +60,7 @@ def register(app: typer.Typer) -> None:
                                                                     "a crash or exit then ends the audit)"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
         html_file: Path | None = typer.Option(None, "--html", help="also write an HTML report here"),
-        list_probes: bool = typer.Option(False, "--list", help="list the probes and exit"),
+        list_probes: bool = typer.Option(False, "--list", help="list the probes and exit (no TARGET needed)"),
         show_all: bool = typer.Option(False, "--all", help="show every row, the unsupported ones too (by default "
                                                            "they fold into one line per reason; --json and "
                                                            "--html always have them)"),
@@ -82,10 +81,6 @@ def register(app: typer.Typer) -> None:
                                                   "bounds; none: the bounds; default: the target's declaration"),
     ) -> int:
         """Audit an attention kernel (the help text is HELP above)."""
-        from attnum.audit.config import AuditConfig
-        from attnum.audit.report import print_table, to_html, to_json
-        from attnum.audit.runner import run_audit
-
         if list_probes:  # the catalogue needs no target (and with --json it is a JSON document too)
             from attnum.audit.probes import PROBES
 
@@ -100,11 +95,20 @@ def register(app: typer.Typer) -> None:
                 emit(("probe", "kind", "what it checks", "sources"),
                      [[p.name, p.kind, p.summary, ", ".join(p.refs)] for p in PROBES.values()])
             raise typer.Exit(0)
-        if target is None:
-            from attnum.errors import AttnumInputError
+        from attnum.errors import AttnumInputError
 
-            raise AttnumInputError("Missing argument 'TARGET': the kernel to audit (attnum audit --list lists the "
-                                   "probes without one)")
+        if target is None:
+            raise AttnumInputError("TARGET is missing: name the kernel to audit (package.module:function, "
+                                   "path/file.py:function or a built-in: attnum audit --help lists them), or "
+                                   "--list for the probes")
+        # Every input is checked before the work starts, the cheap ones before torch is loaded: a mistake
+        # is the first and only line the command prints.
+        if html_file is not None:
+            check_writable(html_file, "--html")
+        from attnum.kernels.user import precheck_target
+
+        precheck_target(target)  # a user's file exists, its module is installed: no import yet
+        from attnum.audit.config import AuditConfig
         from attnum.kernels.registry import arch_flag
 
         arch = arch_flag(arch, target, device, numerics=numerics)
@@ -112,12 +116,19 @@ def register(app: typer.Typer) -> None:
                           k_grad=k_grad, floor_ulps=floor_ulps, empty_rows=empty_rows,
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
                           numerics=numerics, arch=arch, emulation=emulation)
-        if html_file is not None:
-            check_writable(html_file, "--html")
-        from attnum.audit.runner import plan
+        from attnum.audit.runner import plan, run_audit
+
+        if cfg.isolate:
+            from attnum.audit.isolate import start
+
+            started = start(cfg)  # the target resolved (a user's code imported, its signature checked)
+        else:
+            from attnum.kernels.registry import resolve
+
+            started = resolve(cfg.target, cfg.device, param="target", numerics=cfg.numerics, arch=cfg.arch)
+        total = len(plan(cfg))
         from attnum.console.progress import Activity
 
-        total = len(plan(cfg))
         # Progress on stderr (stdout keeps the table or the JSON document alone): on a terminal one line
         # per probe; in a log a line every ATTNUM_PROGRESS_INTERVAL seconds saying how many probes are
         # done and which ran last (a few lines a minute however many probes).
@@ -134,13 +145,9 @@ def register(app: typer.Typer) -> None:
             from attnum.console.streams import user_output_to_stderr
 
             with user_output_to_stderr():  # stdout is the table's or the JSON's alone, --no-isolate too
-                report = run_audit(cfg, progress=progress, isolate=cfg.isolate)
-        if as_json:
-            from attnum.store.jsonout import dumps
+                report = run_audit(cfg, progress=progress, isolate=cfg.isolate, started=started)
+        from attnum.audit.report import print_table, to_html, to_json
 
-            print(dumps(to_json(report), indent=2))
-        else:
-            print_table(report, show_all=show_all)
         if html_file is not None:
             from attnum.store.outfile import write_atomic
 
@@ -151,6 +158,14 @@ def register(app: typer.Typer) -> None:
 
                 raise AttnumEnvironmentError(f"--html {str(html_file)!r}: cannot write it ({err.strerror or err}); "
                                              "name a file in a writable folder") from None
+        if as_json:  # where the HTML went is part of the document: stdout stays one JSON document
+            from attnum.store.jsonout import dumps
+
+            print(dumps({**to_json(report), "html": str(html_file) if html_file else None}, indent=2))
+        else:
+            if html_file is not None:  # before the table: its last line stays the summary (for tail)
+                print(f"HTML report written to {html_file}")
+            print_table(report, show_all=show_all)
         if not report.available:
             raise typer.Exit(EXIT_UNAVAILABLE)
         raise typer.Exit(0 if report.passed else 1)

@@ -11,10 +11,12 @@ import sys
 
 import typer
 
+PANEL = "Audit kernels"
+
 EXIT_UNAVAILABLE = 3
-HELP = ("Recover a black-box attention kernel's arithmetic from its outputs: the KV tile it sums in, its "
-        "split-KV cut and merge, the format of each rounding site, and a policy that reproduces it bit for "
-        "bit (docs/fingerprint.md). TARGET is anything `attnum audit` takes.")
+HELP = ("Recover a black-box attention kernel's arithmetic from its outputs.\n\n"
+        "The KV tile it sums in, its split-KV cut and merge, the format of each rounding site, and a policy that "
+        "reproduces it bit for bit (docs/fingerprint.md). TARGET is anything `attnum audit` takes.")
 
 
 def register(app: typer.Typer) -> None:
@@ -48,11 +50,29 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
     ) -> None:
         """Fingerprint an attention kernel (the help text is HELP above)."""
+        from attnum.errors import bad_value
 
+        # Every input is checked before the work starts, the cheap ones before torch is loaded: a mistake
+        # is the first and only line the command prints.
+        try:
+            lens = tuple(int(x) for x in lengths.split(",") if x.strip())
+        except ValueError:
+            raise bad_value("--lengths", lengths, "comma-separated integers, e.g. 512,1200") from None
+        if not lens or min(lens) < 8:
+            raise bad_value("--lengths", lengths, "key lengths of at least 8")
+        for name, value in (("--heads", heads), ("--head-dim", head_dim), ("--num-splits", num_splits)):
+            if value is not None and value < 1:  # --num-splits 0 is a mistake, not "the kernel's own choice"
+                raise bad_value(name, value, "a positive integer")
+        from attnum.kernels.user import precheck_target
+
+        precheck_target(target)
+        if matmul and not matmul.startswith("mma:"):
+            from attnum.kernels.user import precheck
+
+            precheck(matmul, param="--matmul")
         from attnum.audit.fingerprint import fingerprint
         from attnum.audit.fingerprint.probes import torch_dtype
         from attnum.console.progress import Activity
-        from attnum.errors import bad_value
         from attnum.kernels.registry import arch_flag
 
         torch_dtype(dtype)
@@ -61,39 +81,47 @@ def register(app: typer.Typer) -> None:
         from attnum.numerics.formats import get_format
 
         check_policy_target(target, (get_format(dtype).name,))
-        try:
-            lens = tuple(int(x) for x in lengths.split(",") if x.strip())
-        except ValueError:
-            raise bad_value("--lengths", lengths, "comma-separated integers, e.g. 512,1200") from None
-        if not lens or min(lens) < 8:
-            raise bad_value("--lengths", lengths, "key lengths of at least 8")
-        for name, value in (("--heads", heads), ("--head-dim", head_dim), ("--num-splits", num_splits or 1)):
-            if value < 1:
-                raise bad_value(name, value, "a positive integer")
-        tty = sys.stderr.isatty()
-        with Activity(f"fingerprint {target}") as act:
-            def progress(msg: str) -> None:
-                act.update(label=msg)
-                if tty:
-                    print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
+        from attnum.console.streams import user_output_to_stderr
 
-            from attnum.console.streams import user_output_to_stderr
+        # stdout is the document's alone: what a target or a --matmul function prints goes to stderr
+        with user_output_to_stderr():
+            matmul_fn = _matmul(matmul, dtype) if matmul else None
+            fn = _resolve(target, numerics, arch) if no_isolate else None
+            server = None if no_isolate else _start(target, numerics, arch, timeout)
+            tty = sys.stderr.isatty()
+            try:
+                with Activity(f"fingerprint {target}") as act:
+                    def progress(msg: str) -> None:
+                        act.update(label=msg)
+                        if tty:
+                            print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
 
-            with user_output_to_stderr():  # stdout is the document's alone, --no-isolate and --matmul too
-                kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
-                          matmul=_matmul(matmul) if matmul else None, num_splits=num_splits)
-                if no_isolate:
-                    fn = _resolve(target, numerics, arch)
-                    doc = fingerprint(fn, **kw)
-                    doc["isolated"] = False
-                else:
-                    doc = _isolated(target, numerics, arch, timeout, kw)
-            doc["numerics"] = _numerics_label(target, numerics, arch)
+                    kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
+                              matmul=matmul_fn, num_splits=num_splits)
+                    if no_isolate:
+                        doc = fingerprint(fn, **kw)
+                        doc["isolated"] = False
+                    else:
+                        doc = _isolated(server, kw)
+                        server = None  # _isolated closed it
+                    doc["numerics"] = _numerics_label(target, numerics, arch)
+            finally:
+                if server is not None:
+                    server.close()
         _print(doc, as_json)
 
 
-def _matmul(spec: str):
-    """``mma:ARCH`` or a user's ``module:function`` / ``file.py:function`` (imported here)."""
+def _matmul(spec: str, dtype: str):
+    """``mma:ARCH`` or a user's ``module:function`` / ``file.py:function`` (imported here), tried once on one
+    tile (attnum.audit.fingerprint.mma_id.check_matmul): a wrong signature is refused before any work."""
+    fn = _load_matmul(spec)
+    from attnum.audit.fingerprint.mma_id import check_matmul
+
+    check_matmul(fn, dtype=dtype if dtype != "fp32" else "tf32")
+    return fn
+
+
+def _load_matmul(spec: str):
     from pathlib import Path
 
     from attnum.errors import bad_value
@@ -136,14 +164,12 @@ def _resolve(target: str, numerics: str, arch: str):
     return t.fn
 
 
-def _isolated(target: str, numerics: str, arch: str, timeout: float, kw: dict) -> dict:
-    """The fingerprint with the target in a kernel server: a crash, hang or exit of the target ends the
-    fingerprint with exit 1 and one line, never this process."""
+def _start(target: str, numerics: str, arch: str, timeout: float):
+    """A kernel server with ``target`` resolved in it (a user's code imported, its signature checked), before
+    the fingerprint's progress starts: an unknown or bad target is the command's first and only line."""
     import torch
 
-    from attnum.audit.fingerprint import fingerprint
     from attnum.kernels import user
-    from attnum.sandbox.remote import RemoteTarget
     from attnum.sandbox.server import KernelServer, TargetGone
 
     if not user.is_user_spec(target.strip()):
@@ -151,16 +177,34 @@ def _isolated(target: str, numerics: str, arch: str, timeout: float, kw: dict) -
     server = KernelServer("attention", target, device="cpu", timeout=timeout, threads=torch.get_num_threads(),
                           numerics=numerics, arch=arch)
     try:
-        try:
-            info = server.start()
-            if info.get("available") is not True:
-                print(f"attnum fingerprint: {target} is unavailable here: {info.get('reason', '')}", file=sys.stderr)
-                raise typer.Exit(EXIT_UNAVAILABLE)
-            doc = fingerprint(RemoteTarget(server), **kw)
-            doc["target_peak_rss_mib"] = _peak_mib(server)
-        except TargetGone as gone:
-            print(f"attnum fingerprint: the target {gone.status}: {gone.what}", file=sys.stderr)
-            raise typer.Exit(1) from None
+        info = server.start()
+    except TargetGone as gone:
+        server.close()
+        print(f"attnum fingerprint: the target {gone.status}: {gone.what}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    except BaseException:
+        server.close()
+        raise
+    if info.get("available") is not True:
+        server.close()
+        print(f"attnum fingerprint: {target} is unavailable here: {info.get('reason', '')}", file=sys.stderr)
+        raise typer.Exit(EXIT_UNAVAILABLE)
+    return server
+
+
+def _isolated(server, kw: dict) -> dict:
+    """The fingerprint with the target in the kernel server :func:`_start` opened (closed here): a crash,
+    hang or exit of the target ends the fingerprint with exit 1 and one line, never this process."""
+    from attnum.audit.fingerprint import fingerprint
+    from attnum.sandbox.remote import RemoteTarget
+    from attnum.sandbox.server import TargetGone
+
+    try:
+        doc = fingerprint(RemoteTarget(server), **kw)
+        doc["target_peak_rss_mib"] = _peak_mib(server)
+    except TargetGone as gone:
+        print(f"attnum fingerprint: the target {gone.status}: {gone.what}", file=sys.stderr)
+        raise typer.Exit(1) from None
     finally:
         server.close()
     doc["isolated"] = True

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+PANEL = "Store and reports"
+
 
 def register(app: typer.Typer) -> None:
     @app.command()

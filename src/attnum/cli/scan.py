@@ -11,7 +11,17 @@ from dataclasses import asdict
 
 import typer
 
+PANEL = "Audit kernels"
+
 _SHOWN_SKIPS = 5
+WIDTH = 160  # a finding's line on a terminal (its explanation cut there); a pipe or a file gets it whole
+
+
+def _fit(text: str) -> str:
+    """``text`` on a terminal: at most WIDTH characters (the rest is in --json, and in a pipe or a file)."""
+    if len(text) <= WIDTH or not sys.stdout.isatty():
+        return text
+    return text[:WIDTH - 4].rsplit(" ", 1)[0] + " ..."
 
 
 def _emit(text: str) -> None:
@@ -51,8 +61,8 @@ def register(app: typer.Typer) -> None:
                         indent=2))
         else:
             for f in report.findings:
-                _emit(f"{f.path}:{f.line}: {f.severity}: {f.rule}: {f.why}")
-                _emit(f"    {f.snippet}")
+                _emit(_fit(f"{f.path}:{f.line}: {f.severity}: {f.rule}: {f.why}"))
+                _emit(_fit(f"    {f.snippet}"))
             if report.skipped:
                 more = len(report.skipped) - _SHOWN_SKIPS
                 _emit(f"not read: {'; '.join(report.skipped[:_SHOWN_SKIPS])}"

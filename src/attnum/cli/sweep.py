@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+PANEL = "Reproduce and sweep"
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -19,7 +21,12 @@ def register(app: typer.Typer) -> None:
         report: bool = typer.Option(False, "--report/--no-report", help="Write figures and report.html after."),
     ) -> None:
         """Run every point of SPEC not yet done in OUT; each point is committed as it finishes."""
+        from attnum.errors import AttnumInputError
         from attnum.store.outdir import check_out_folder
+
+        if not spec.is_file():  # before torch and the studies load: a mistake is the first and only line
+            raise AttnumInputError(f"spec={str(spec)!r} is not allowed; expected an existing TOML file "
+                                   f"({'it is a folder' if spec.is_dir() else 'no such file'})")
         from attnum.sweep.executors import SweepOptions, run_sweep
         from attnum.sweep.spec import load_spec
 

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from attnum.errors import bad_value
 
@@ -137,8 +137,36 @@ def conventional(command: Any) -> None:
 
 
 class ConventionalGroup(TyperGroup):
-    """attnum's top-level group: every sub-command gets :func:`conventional` when the tree is built."""
+    """attnum's top-level group: every sub-command gets :func:`conventional` when the tree is built.
+
+    ``panel_order`` (help panel titles): the commands are listed panel by panel in that order (a
+    panel not named there last), each panel's commands in the order they were registered."""
+
+    panel_order: tuple[str, ...] = ()
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         conventional(self)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {p: i for i, p in enumerate(self.panel_order)}
+
+        def key(item: tuple[int, str]) -> tuple[int, int]:
+            panel = getattr(self.commands[item[1]], "rich_help_panel", None)
+            return rank.get(panel, len(rank)), item[0]
+
+        return [name for _, name in sorted(enumerate(names), key=key)]
+
+
+def lazy_epilog(factory: Any) -> type:
+    """A command class whose help ends with ``factory()``, computed only when that help is shown: a list
+    read from a registry that imports torch (``attnum audit --help``'s built-in targets) costs nothing to
+    ``attnum --help`` or to running the command."""
+
+    class LazyEpilogCommand(TyperCommand):
+        def format_help(self, ctx: Any, formatter: Any) -> None:
+            self.epilog = factory()
+            return super().format_help(ctx, formatter)
+
+    return LazyEpilogCommand

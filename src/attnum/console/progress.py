@@ -167,6 +167,10 @@ class Activity:
             self._thread.join(timeout=1.0)
         if self._status is not None:
             self._status.__exit__(*exc)
+        from attnum.errors import AttnumInputError
+
+        if isinstance(exc[1], (AttnumInputError, FileNotFoundError)):
+            return  # the input error is the line that ends the command: no "finished in" after it
         if self.lines and self.announce_end:  # whoever read the heartbeats learns that it ended
             print(f"attnum {self.title}: finished in {_clock(time.perf_counter() - self._t0)}",
                   file=self.stream, flush=True)

@@ -113,3 +113,20 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, tit
 def say(text: str, stream: TextIO | None = None) -> None:
     """A line beside a table: printed as is (never re-wrapped at 80 columns, never read as markup)."""
     print(text, file=sys.stdout if stream is None else stream, flush=True)
+
+
+PROSE_WIDTH = 160  # the widest line of prose attnum prints on a terminal
+
+
+def say_prose(text: str, stream: TextIO | None = None) -> None:
+    """A sentence or paragraph: on a terminal wrapped at its width (at most :data:`PROSE_WIDTH`); in a pipe
+    or a file one line, whole, as :func:`say` (a program reading it gets each sentence on one line)."""
+    import shutil
+    import textwrap
+
+    out = sys.stdout if stream is None else stream
+    tty = getattr(out, "isatty", lambda: False)()
+    if tty and len(text) > PROSE_WIDTH:
+        text = textwrap.fill(text, width=min(PROSE_WIDTH, shutil.get_terminal_size((PROSE_WIDTH, 24)).columns),
+                             break_on_hyphens=False, subsequent_indent="  ")
+    print(text, file=out, flush=True)

@@ -95,6 +95,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
 )}
 if len(KERNELS) != 5 + sum(len(mod.KERNELS) for mod in ADAPTERS):
     raise ValueError("two adapters register the same kernel name")
+if set(user.RESERVED_PREFIXES) != {*reference.FAMILIES, "decode", triton_interp.PREFIX}:
+    raise ValueError("attnum.kernels.user.RESERVED_PREFIXES must be the registry's reserved NAME: prefixes")
 
 
 def sweep_kernel_names() -> tuple[str, ...]:

@@ -147,7 +147,8 @@ class ServingTarget:
 
         self.__name__ = self.name = name
         self._sdpa = sdpa
-        self.has_sdpa = sdpa is not None  # a merge- or decode-only target: its SDPA cases are one "unsupported"
+        self.attnum_sdpa = sdpa is not None  # a merge- or decode-only target: its SDPA cases are one "unsupported"; read
+        # by attention_conventions_apply and the feature probes (also across a kernel server)
         if merge_state is not None:
             self.merge_state = merge_state
         if decode is not None:
@@ -295,6 +296,14 @@ def entry(target, name: str) -> Callable | None:
         raise bad_value("entry", name, ", ".join(repr(e) for e in ENTRIES[1:]))
     fn = getattr(target, name, None)
     return fn if callable(fn) else None
+
+
+def attention_conventions_apply(target) -> bool:
+    """Whether ``target`` computes attention from Q, K, V (an SDPA, decode or varlen entry point), where a
+    causal alignment and an empty-row output mean something; a merge-only target combines states and has
+    neither."""
+    return bool(getattr(target, "attnum_sdpa", True)) or any(entry(target, e) is not None
+                                                               for e in ("decode", "varlen"))
 
 
 def conventions(target) -> tuple[object, float]:

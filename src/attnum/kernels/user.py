@@ -30,8 +30,55 @@ SIGNATURE = ("scaled_dot_product_attention(query, key, value, attn_mask=None, dr
              "is_causal=False, scale=None, enable_gqa=False)")
 
 
+# Names before a colon that are attnum's own (baseline:POLICY, flash:POLICY, decode:POLICY) or a prefix
+# (triton-interpret:FILE.py:FUNCTION), never a module; attnum.kernels.registry checks the list is its own.
+RESERVED_PREFIXES = ("baseline", "flash", "decode", "triton-interpret")
+
+
 def is_user_spec(spec: str) -> bool:
     return ":" in spec
+
+
+def user_code(spec: str) -> str | None:
+    """The ``module:function`` / ``file.py:function`` part of a target name that runs a user's code, or None
+    for attnum's own names (read without importing anything)."""
+    spec = spec.strip()
+    kind, sep, rest = spec.partition(":")
+    if not sep:
+        return None
+    if kind == "triton-interpret":
+        return rest
+    return None if kind in RESERVED_PREFIXES else spec
+
+
+def precheck_target(target: str, param: str = "TARGET") -> None:
+    """:func:`precheck` for whatever part of a target name is a user's code (nothing for attnum's own names)."""
+    code = user_code(target)
+    if code is not None:
+        precheck(code, param=param)
+
+
+def precheck(spec: str, param: str = "target") -> None:
+    """What can be known about ``module:function`` / ``file.py:function`` without importing anything (so
+    before torch, before any work): the form, and that the file exists or the top-level module is
+    installed. The import and the signature are checked when the target is loaded."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise AttnumInputError(f"{param} {spec!r}: expected 'package.module:function' or 'path/file.py:function'")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where)
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise AttnumInputError(f"{param} {spec!r}: file {where!r} {what}")
+        return
+    top = where.split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise AttnumInputError(f"{param} {spec!r}: cannot import module {where!r}: no module named {top!r} is "
+                               "installed (a file needs its .py suffix or a path: ./mine.py:fn)")
 
 
 def import_file(path: Path, spec: str):

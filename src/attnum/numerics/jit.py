@@ -14,19 +14,47 @@ carrier; past the format's max it follows the overflow rule of :func:`attnum.num
 The kernels are used when numba imports and ``ATTNUM_JIT`` is not ``0`` (``ATTNUM_JIT=0`` runs the
 torch reference everywhere; :func:`enabled`). Scalar functions (``round_scalar``) are also inlined
 into the fused tile kernels of :mod:`attnum.attention.fused`.
+
+Every kernel is compiled with ``cache=True``: a program pays the compilation (seconds per kernel) once,
+and every later run loads the machine code from numba's cache. numba keeps that cache in a
+``__pycache__`` folder beside the source; where attnum's package folder is not writable (a system-wide
+install, a read-only image) and ``NUMBA_CACHE_DIR`` is not set, :func:`numba_cache_dir` points numba at
+``$ATTNUM_CACHE/numba`` (default ``~/.cache/attnum/numba``), set before numba is imported.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import numpy as np
+
+
+def numba_cache_dir(package_dir: Path, environ: dict) -> str | None:
+    """The folder numba should cache attnum's compiled kernels in: None (numba's own choice, ``__pycache__``
+    beside the source) when ``NUMBA_CACHE_DIR`` is set or ``package_dir`` is writable, else
+    ``$ATTNUM_CACHE/numba`` (``~/.cache/attnum/numba``)."""
+    if environ.get("NUMBA_CACHE_DIR"):
+        return None
+    pycache = package_dir / "__pycache__"
+    if os.access(pycache if pycache.is_dir() else package_dir, os.W_OK):
+        return None
+    return str(Path(environ.get("ATTNUM_CACHE") or Path.home() / ".cache" / "attnum") / "numba")
+
+
+# Global state, once, on purpose: numba reads its cache location from the environment when it loads.
+_CACHE_DIR = numba_cache_dir(Path(__file__).resolve().parent, dict(os.environ))
+if _CACHE_DIR is not None:
+    os.environ["NUMBA_CACHE_DIR"] = _CACHE_DIR
 
 try:  # numba is a dependency; a broken install falls back to the torch reference, visibly (enabled())
     import numba
     from numba import njit, types
     from numba.extending import intrinsic
+
+    if _CACHE_DIR is not None:  # numba was loaded before attnum (by another library): tell it now
+        numba.core.config.reload_config()
 except Exception:  # pragma: no cover - exercised only without numba
     numba = None
 

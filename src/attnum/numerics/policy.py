@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnum.errors import AttnumInputError
+from attnum.errors import AttnumInputError, did_you_mean
 from attnum.numerics.formats import PRESETS, FloatFormat, get_format
 from attnum.numerics.rounding import round_to
 
@@ -152,7 +152,8 @@ class Policy:
         unknown = set(sites) - set(SITES) - set(KNOBS)
         if unknown:
             raise AttnumInputError(
-                f"policy override {sorted(unknown)!r} is not allowed; expected sites {SITES} or one of {KNOBS}"
+                f"policy override {sorted(unknown)!r} is not allowed; {did_you_mean(sorted(unknown)[0], (*SITES, *KNOBS))}"
+                f"expected sites {SITES} or one of {KNOBS}"
             )
         return dataclasses.replace(self, **sites, name=_describe(self.name, sites))
 
@@ -276,10 +277,12 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
             policy = uniform(get_format(name))
         except AttnumInputError:
             raise AttnumInputError(
-                f"policy={spec!r} is not allowed; expected NAME:FORMAT with NAME in {list(NAMED)}, or a format"
+                f"policy={spec!r} is not allowed; {did_you_mean(name, NAMED)}expected NAME:FORMAT with NAME in "
+                f"{list(NAMED)}, or a format"
             ) from None
     else:
-        raise AttnumInputError(f"policy={spec!r} is not allowed; expected NAME in {list(NAMED)}")
+        raise AttnumInputError(f"policy={spec!r} is not allowed; {did_you_mean(name, NAMED)}expected NAME in "
+                               f"{list(NAMED)}")
     overrides: dict[str, object] = {}
     for item in over:
         key, eq, value = item.partition("=")

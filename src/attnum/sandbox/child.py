@@ -26,7 +26,7 @@ MAX_WARNINGS = 20  # per call: a kernel that warns in a loop still sends a short
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
          "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",
          "attnum_emulation", "attnum_softcap", "attnum_window", "attnum_sinks", "attnum_mla",
-         "attnum_block_select", "has_sdpa")
+         "attnum_block_select", "attnum_sdpa")
 
 
 def _jsonable(x, depth: int = 0) -> bool:

@@ -251,7 +251,7 @@ def get_kind(name: str | None) -> StudyKind:
     name = DEFAULT_KIND if name is None else name
     table = kinds()
     if name not in table:
-        raise bad_value("kind", name, f"one of {tuple(table)}")
+        raise bad_value("kind", name, f"one of {tuple(table)}", choices=table)
     return table[name]
 
 

@@ -282,7 +282,8 @@ def _product(items: list[tuple[str, list[Any]]]):
 def _check_axis(source: str, where: str, key: str, value: Any) -> None:
     if key == "kind":
         if value not in spec_kinds():
-            raise _bad(source, where, value, f"one of {spec_kinds()}")
+            raise AttnumInputError(f"{source}: {where}={value!r} is not allowed; {did_you_mean(value, spec_kinds())}"
+                                   f"expected one of {spec_kinds()}")
         return
     checks = axis_checks()
     if key not in checks:

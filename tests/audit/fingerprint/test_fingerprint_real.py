@@ -15,12 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _paths
 import pytest
 from _wheel_helpers import fetched_or_skip
 
 from attnum.kernels.wheels import source as wheels
-
-pytestmark = pytest.mark.timeout(600)
 
 
 def _source_block(package: str, module: str, function: str) -> int:
@@ -57,7 +56,7 @@ def test_decode_kernel_fingerprint_holds_to_its_source(target, package, module):
     path = _source_path(package, module)
     run = subprocess.run([sys.executable, "-m", "attnum", "fingerprint", target, "--dtype", "fp32", "--num-splits",
                           "3", "--lengths", "160,300", "--heads", "2", "--head-dim", "16", "--json"],
-                         capture_output=True, text=True, timeout=540, env=cli_env())
+                         capture_output=True, text=True, timeout=_paths.HANG_S, env=cli_env())
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(run.stdout)
     assert doc["entry"] == "decode" and doc["numerics"].startswith("triton-interp:nvidia-sm90"), doc

@@ -18,7 +18,6 @@ from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
 
 HERE = _paths.TESTS  # the helper scripts
-pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +54,7 @@ def test_varlen_with_a_zero_length_sequence_equals_dense_per_sequence(fla):
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, str(HERE / "_fla_varlen_check.py")], capture_output=True, text=True,
-                         timeout=540, env=env)
+                         timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     for dt, r in got.items():

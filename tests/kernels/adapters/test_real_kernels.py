@@ -24,7 +24,6 @@ ADAPTER = f"triton-interpret:{HERE.parent / 'examples' / 'sglang_decode_adapter.
 TRITON_ATTENTION = ("sglang-decode", "vllm-unified", "sglang-extend", "vllm-triton-decode", "vllm-prefix-prefill",
                     "sglang-context", ADAPTER)
 TARGETS = ("sglang-merge", "vllm-triton-merge", *TRITON_ATTENTION)
-pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def lean_audit(numerics, *targets):
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, str(HERE / "_real_kernels_check.py"), numerics, *targets],
-                         capture_output=True, text=True, timeout=540, env=env)
+                         capture_output=True, text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.splitlines()[-1])
 
@@ -88,7 +87,7 @@ def test_the_docs_decode_adapter_is_short_and_needs_no_attnum():
 
 
 def test_kernels_fetch_extracts_from_a_cached_wheel_and_refuses_unknown_names(tmp_path, tmp_path_factory,
-                                                                             monkeypatch):
+                                                                             monkeypatch, capsys):
     import shutil
 
     from _wheel_helpers import pinned_wheel
@@ -103,6 +102,8 @@ def test_kernels_fetch_extracts_from_a_cached_wheel_and_refuses_unknown_names(tm
     assert wheels.missing("sglang")
     assert main(["kernels", "fetch", "sglang"]) == 0  # no download: the wheel is in the cache
     assert not wheels.missing("sglang") and not (tmp_path / "wheels" / wheel.name).exists()  # kept: the files
+    assert main(["kernels", "fetch", "sglang"]) == 0  # fetched: one line at once, nothing downloaded
+    assert "already fetched, sha256 checked" in capsys.readouterr().out
     assert main(["kernels", "fetch", "nope"]) == 2
 
 

@@ -18,7 +18,6 @@ from attnum.audit.runner import run_audit
 from attnum.kernels.wheels import source as wheels
 
 HERE = _paths.TESTS  # the helper scripts
-pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +34,7 @@ def small_merges(numerics, *targets):
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, str(HERE / "_real_merges_check.py"), numerics, *targets],
-                         capture_output=True, text=True, timeout=540, env=env)
+                         capture_output=True, text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.splitlines()[-1])
 

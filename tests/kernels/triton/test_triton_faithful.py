@@ -89,7 +89,7 @@ def test_self_test_passes_and_the_raw_interpreter_fails_it():
             "print(json.dumps({'faithful': faithful, 'raw': raw}))")
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin", **{k: v for k, v in __import__("os").environ.items()
                                                                  if k in ("PYTHONPATH", "HOME", "VIRTUAL_ENV")}}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.splitlines()[-1])
     assert len(out["faithful"]) >= 10 and all(ok for _, ok in out["faithful"]), out["faithful"]
@@ -153,7 +153,7 @@ def test_fp_fusion_follows_tritons_own_switches(env, fused):
     needs_triton()
     base = {k: v for k, v in __import__("os").environ.items()
             if k in ("PYTHONPATH", "HOME", "VIRTUAL_ENV") or k.startswith("ATEN")}
-    run = subprocess.run([sys.executable, "-c", _FUSION_PROBE], capture_output=True, text=True, timeout=240,
+    run = subprocess.run([sys.executable, "-c", _FUSION_PROBE], capture_output=True, text=True, timeout=_paths.HANG_S,
                          env={"PATH": "/usr/bin:/bin", **base, **env})
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.splitlines()[-1])
@@ -161,7 +161,6 @@ def test_fp_fusion_follows_tritons_own_switches(env, fused):
     assert out["label"] == "triton-interp:nvidia-sm90" + (",fp-fusion" if fused else "")
 
 
-@pytest.mark.timeout(300)
 def test_tf32_kernel_fails_fp32_under_the_gpu_model_and_passes_raw():
     needs_triton()
     from attnum.audit.config import AuditConfig
@@ -225,7 +224,7 @@ def test_device_function_calls_are_not_repatched_and_tl_core_is_restored():
 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, str(_paths.TESTS / "_interp_device_fn_check.py")],
-                         capture_output=True, text=True, timeout=300, env=env)
+                         capture_output=True, text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     assert got["equal"] and got["restored"], got
@@ -243,7 +242,7 @@ def test_a_float_argument_is_an_fp32_scalar_and_a_float_constexpr_stays_weak():
 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, str(_paths.TESTS / "_interp_float_arg_check.py")],
-                         capture_output=True, text=True, timeout=300, env=env)
+                         capture_output=True, text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     x = torch.tensor(got["x"], dtype=torch.float64)

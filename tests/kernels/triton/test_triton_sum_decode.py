@@ -190,13 +190,12 @@ def test_the_family_names_itself():
 
 
 @pytest.mark.slow  # interpreted Triton: about 20 s
-@pytest.mark.timeout(600)
 def test_sglang_and_vllm_decode_kernels_are_this_arithmetic_bit_for_bit():
     fetched_or_skip("sglang", "vllm")
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, str(HERE / "_sum_decode_kernel_check.py")], capture_output=True,
-                         text=True, timeout=540, env=env)
+                         text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     assert len(got) == 6 and all(f == 1.0 for f in got.values()), got

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import _paths
 import pytest
 import torch
 
@@ -150,7 +151,7 @@ def _selftest(arch):
             f"print(json.dumps([(c.name, c.ok, c.detail) for c in s.run({arch!r})]))")
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items()
                                                                  if k in ("PYTHONPATH", "HOME", "VIRTUAL_ENV")}}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=280, env=env)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_paths.HANG_S, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     return {n: (ok, why) for n, ok, why in json.loads(run.stdout.splitlines()[-1])}
 

@@ -55,6 +55,37 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(torch.int32)
 
 
+def check_matmul(matmul_fn, *, dtype: str = "fp16", param: str = "--matmul") -> None:
+    """One call on one crafted tile, before any other work: a callable that cannot take ``(a, b, c)`` or
+    does not return a float32 (M, N) tensor is an AttnumInputError naming ``param`` now, not after the
+    fingerprint it would end."""
+    import inspect
+
+    from attnum.errors import AttnumInputError
+
+    if not callable(matmul_fn):
+        raise AttnumInputError(f"{param}: {type(matmul_fn).__name__} is not callable; expected a function "
+                               "(a, b, c) -> a @ b + c in float32")
+    try:
+        inspect.signature(matmul_fn).bind(None, None, None)
+    except TypeError as err:
+        raise AttnumInputError(f"{param}: its signature {inspect.signature(matmul_fn)} cannot take (a, b, c): "
+                               f"{err}") from None
+    except ValueError:
+        pass  # a builtin without a signature: the trial call below tells
+    a, b, c = crafted_tiles(dtype, 1, 0)[0]
+    try:
+        y = matmul_fn(a, b, c)
+    except Exception as err:  # noqa: BLE001 - whatever the user's function raises is a usage error
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise AttnumInputError(f"{param}: calling it on a ({M}, {K}) @ ({K}, {N}) + ({M}, {N}) tile raised "
+                               f"{type(err).__name__}: {first}") from None
+    if not isinstance(y, torch.Tensor) or y.shape != (M, N) or y.dtype != torch.float32:
+        got = f"{y.dtype} {tuple(y.shape)} tensor" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise AttnumInputError(f"{param}: on a ({M}, {K}) @ ({K}, {N}) + ({M}, {N}) tile it returned a {got}; "
+                               f"expected a float32 ({M}, {N}) tensor")
+
+
 def identify_mma(matmul_fn, *, dtype: str = "fp16", tiles: int = 24, seed: int = 0) -> dict:
     """{identified, matching, classes, calls, dtype}: ``identified`` names the architecture(s) whose model
     reproduces ``matmul_fn`` bit for bit on every crafted tile ("a|b" when the tiles cannot tell them

@@ -105,5 +105,7 @@ def select(names: str | list[str] | tuple[str, ...] | None) -> tuple[Probe, ...]
     if unknown or not names:
         from attnum.errors import bad_value
 
-        raise bad_value("probes", ",".join(unknown) or names, f"comma-separated names from {sorted(PROBES)}")
+        # the names themselves would make a line of 1,000 characters: where to read them instead
+        raise bad_value("probes", ",".join(unknown) or names, f"comma-separated names of the {len(PROBES)} probes "
+                        "(attnum audit --list; attnum.audit.probes.PROBES)", choices=PROBES if len(unknown) == 1 else None)
     return tuple(PROBES[n] for n in dict.fromkeys(names))

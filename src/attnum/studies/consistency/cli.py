@@ -35,7 +35,9 @@ def _out(out: str | None) -> None:
         make_out_folder(out)
 
 
-def _save(out: str | None, name: str, data) -> None:
+def _save(out: str | None, name: str, data, as_json: bool = False) -> str | None:
+    """Write ``data`` to OUT/NAME; say where (with --json the caller puts the path into its document, so
+    stdout stays one JSON document). Returns the path written, or None."""
     if out:
         from pathlib import Path
 
@@ -45,6 +47,10 @@ def _save(out: str | None, name: str, data) -> None:
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
         write_atomic(path / name, dumps(data, indent=2))
+        if not as_json:
+            print(f"wrote {path / name}")
+        return str(path / name)
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -83,14 +89,15 @@ def register(app: typer.Typer) -> None:
             chunk_sizes=_ints(chunk_sizes, "chunk_sizes"), page_sizes=_ints(page_sizes, "page_sizes"), seed=seed,
             device=device)
         _out(out)
+        cfg.require_memory()  # too large for this machine: one line before the progress starts
         with Activity("consistency"):
             result = run_consistency(cfg)
         cost = cost_table()
-        _save(out, "consistency.json", {"study": result, "cost": cost})
+        written = _save(out, "consistency.json", {"study": result, "cost": cost}, as_json)
         if as_json:
             from attnum.store.jsonout import dumps
 
-            print(dumps({"study": result, "cost": cost}, indent=2))
+            print(dumps({"study": result, "cost": cost, "written": written}, indent=2))
             return
         print(report.invariance_legend(result))
         print(report.text_table(report.invariance_header(result), report.invariance_rows(result)))
@@ -136,11 +143,11 @@ def register(app: typer.Typer) -> None:
         _out(out)
         with Activity("consistency-tokens"):
             result = run_tokens(cfg, Path(out) if out else None)
-        _save(out, "tokens.json", result)
+        written = _save(out, "tokens.json", result, as_json)
         if as_json:
             from attnum.store.jsonout import dumps
 
-            print(dumps(result, indent=2))
+            print(dumps({**result, "written": written}, indent=2))
             return
         m = result["model"]
         print(f"bundled LM {m['key']}: loss {m['final_loss']:.3f} ({'cached' if m['cached'] else 'trained now'}); "

@@ -175,6 +175,20 @@ def require_finite_golden(golden: torch.Tensor, cfg: CompareConfig, what: str = 
         "expected a logit_scale that keeps |q . k| * logit_scale below 1.8e308 (e.g. <= 1e300)")
 
 
+def check_point(cfg: CompareConfig) -> None:
+    """What can be refused before the point runs: more memory than this machine has (an estimate), and
+    inputs that are already not finite (``logit_scale`` so large that q itself overflows float64), which
+    would make the golden value non-finite. Cheap next to the point (its inputs are O(N d)): the CLI calls
+    it before its progress starts, so the mistake is the command's only line."""
+    from attnum.sweep.memory_budget import require_compare
+
+    require_compare(cfg)
+    _, inputs = compare_inputs(cfg)
+    for x in inputs:
+        if not bool(torch.isfinite(x).all()):
+            require_finite_golden(x, cfg, what="input q (before the golden value)")
+
+
 def run_compare(cfg: CompareConfig) -> dict:
     """Run one point -> {"config", "policy", "baseline_policy", "tiles", "metrics": {pair: {...}},
     "ratio", "timing_s"}. Refuses (one line) a point larger than this machine's memory, before

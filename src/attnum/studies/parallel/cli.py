@@ -62,12 +62,15 @@ def register(app: typer.Typer) -> None:
 
             with Activity("ring --allreduce"):
                 study = run_allreduce_study(AllreduceConfig())
+        written = None
         if out is not None:
             from attnum.studies.parallel.report import write_ring_report
 
-            print(f"wrote {write_ring_report(result, out, study)}")
-        if as_json:
-            print(dumps({"ring": result, "allreduce": study}, indent=2, default=str))
+            written = str(write_ring_report(result, out, study))
+            if not as_json:
+                print(f"wrote {written}")
+        if as_json:  # where it wrote goes into the document: stdout stays one JSON document
+            print(dumps({"ring": result, "allreduce": study, "written": written}, indent=2, default=str))
         else:
             show_table(result["rows"], ("shards", "layout", "merge_policy", "backend", "max_abs", "mean_abs",
                                           "single_mean_abs", "ratio_to_single", "nan", "bit_equal_sim",

@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
             kv_cache_dtype=kv_cache_dtype, kv_scale=kv_scale, mla_rank=_opt_int(mla_rank, "mla_rank"),
             absorbed=absorbed, split_rule=split_rule,
         )
+        from attnum.sweep.memory_budget import require_decode
+
+        require_decode(cfg)  # too large for this machine: one line before the progress starts
         with Activity("decode"):
             result = run_decode(cfg)
         if as_json:

@@ -52,12 +52,15 @@ def register(app: typer.Typer) -> None:
             check_out_folder(out)
         with Activity("spec"):
             result = run_spec(cfg)
+        written = None
         if out is not None:
             from attnum.studies.speculative.report import write_spec_report
 
-            print(f"wrote {write_spec_report(result, out)}")
-        if as_json:
-            print(dumps(result, indent=2, default=str))
+            written = str(write_spec_report(result, out))
+            if not as_json:
+                print(f"wrote {written}")
+        if as_json:  # where it wrote goes into the document: stdout stays one JSON document
+            print(dumps({**result, "written": written} if written else result, indent=2, default=str))
             return
         cols = ("format", "k", "vocab", "tv", "tv_plain", "ratio", "tv_first", "fail", "expected_tokens") \
             if monte_carlo is None else ("format", "k", "vocab", "mc_tv_first", "mc_floor", "fail", "expected_tokens")
@@ -83,6 +86,12 @@ def register(app: typer.Typer) -> None:
 
         The sampler runs in a child process: a crash, an exit (0 included) or a hang fails its case."""
         from attnum.errors import bad_value
+        from attnum.kernels.user import precheck
+
+        if not timeout > 0:
+            raise bad_value("--timeout", timeout, "a positive number of seconds")
+        if ":" in target:  # a user's sampler: its file exists, its module is installed (before torch)
+            precheck(target.strip(), param="target")
         from attnum.spec_audit import SpecAuditConfig, run_spec_audit
 
         cfg = SpecAuditConfig(target=target, cases=cases, samples=samples, detect_tv=detect_tv, alpha=alpha,

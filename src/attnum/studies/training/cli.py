@@ -52,6 +52,10 @@ def register(app: typer.Typer) -> None:
         from attnum.store.outdir import check_out_folder
 
         check_out_folder(out)  # an existing file as --out: one line, before any training
+        from attnum.kernels.user import precheck_target
+
+        precheck_target(attention, "--attention")  # a user's file that is not there: before torch loads
+        precheck_target(baseline, "--baseline")
         if checkpoints:
             from attnum.studies.training.folder_compare import compare_folders
             from attnum.studies.training.report import write_checkpoint_report
@@ -60,8 +64,11 @@ def register(app: typer.Typer) -> None:
                 result = compare_folders(*checkpoints)
             with one_writer(out):
                 write_atomic((out / "checkpoints.json"), dumps(result, indent=1))
-                write_checkpoint_report(result, out)
-            print(dumps(result, indent=1) if as_json else _folders_text(result))
+                report = write_checkpoint_report(result, out)
+            written = [str(out / "checkpoints.json"), str(report)]
+            print(dumps({**result, "written": written}, indent=1) if as_json else _folders_text(result))
+            if not as_json:
+                print(f"wrote {' and '.join(written)}")
             return
         if profile.startswith("bias"):
             from attnum.studies.training.bias.cli import diverge_bias
@@ -91,7 +98,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
         if as_json:
             head = {k: v for k, v in summary["headline"].items() if k != "per_seed"}
-            print(dumps({"headline": head, "wall_s": summary["wall_s"]}, indent=1))
+            print(dumps({"headline": head, "wall_s": summary["wall_s"], "report": str(out / "index.html")}, indent=1))
             return
         for line in summary["headline"]["lines"]:
             print(line)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+PANEL = "Reproduce and sweep"  # one point of the paper's question, and which rounding site causes it
+
 
 def register(app: typer.Typer) -> None:
     from attnum.studies.paper.cli import attribute as cli_attribute

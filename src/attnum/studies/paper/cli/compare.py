@@ -95,6 +95,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Compare flash and baseline attention under a precision policy with the float64 golden value."""
+        from attnum.studies.paper.compare import check_point
+
+        check_point(cfg)  # before the progress starts: too large for this machine, or inputs that overflow
         if grad:
             from attnum.studies.paper.grad_compare import run_grad_compare
 

@@ -25,7 +25,8 @@ def diverge_bias(*, profile: str, workload: str, steps: int | None, block_k: int
         summary = run_bias(cfg, log=(lambda *_: None) if as_json else (lambda line: print(line, flush=True)),
                            progress=not as_json)
     if as_json:
-        print(dumps({"headline": summary["headline"], "wall_s": summary["wall_s"]}, indent=1))
+        print(dumps({"headline": summary["headline"], "wall_s": summary["wall_s"],
+                     "report": str(Path(out) / "index.html")}, indent=1))
         return
     for line in summary["headline"]["lines"]:
         print(line)
