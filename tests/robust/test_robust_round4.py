@@ -11,7 +11,6 @@ import _paths
 import pytest
 import torch
 
-
 from attnum.audit.config import AuditConfig
 from attnum.audit.runner import run_audit
 from attnum.kernels.serving import ServingTarget, reference
