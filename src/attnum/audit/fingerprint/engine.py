@@ -131,7 +131,8 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
     staged.sort(key=lambda x: x[:4])
     for n, (*_, bc, order, combos) in enumerate(staged):
         say(f"replay for Bc={bc} ({order})")
-        shaped = search.structural([(b, bc, order) for b in combos], policies[0], probe_calls, replays)
+        shaped = search.structural([(b, bc, order) for b in combos], [policies[0], *search.family_candidates(dtype)[:1]],
+                                   probe_calls, replays)
         tried.append({"kv_block": bc, "order": order, "bounds_options": len(combos), "structural": len(shaped)})
         found = search.fit(shaped, MERGES, policies, fit_calls, probe_calls, replays)
         if found:  # the other tile hypotheses' structures that reproduce under the policies that fitted

@@ -175,16 +175,24 @@ def survival_match(cand: Candidate, records, replays: Replays | None = None, flo
     return (total - missed) / total if total else 0.0
 
 
-def structural(structures, base: Policy, records, replays: Replays | None = None) -> list:
+def structural(structures, bases, records, replays: Replays | None = None) -> list:
     """The structures that predict every known survival (:func:`structure.explains`) and whose replay
-    under the ``base`` policy shows the target's survivals within each split."""
+    under one of the ``bases`` shows the target's survivals within each split.
+
+    Inside a tile the survivals are the tile's own summation order, which belongs to the arithmetic, not
+    to the structure: attnum's tile matmul sums in whatever order the CPU's BLAS kernel does (MKL's
+    AVX-512 sgemm blocks a 128-key tile's keys where its AVX2 path walks them one after another), the
+    Triton decode family key after key. So a structure passes when any base arithmetic (one per family
+    of the search) reproduces the survivals; a single base would make the answer depend on the CPU."""
     from attnum.audit.fingerprint.structure import explains
 
     keep = []
     with one_thread():  # the emulation's bits do not depend on the thread count
         for bounds, block_k, order in structures:
-            if explains(records, bounds, block_k, order) and \
-                    same_survival(Candidate(bounds, block_k, order, "lse", base), records, replays):
+            if explains(records, bounds, block_k, order) and any(
+                    same_survival(Candidate(bounds, block_k, order, "lse" if isinstance(b, Policy) else "online", b),
+                                  records, replays)
+                    for b in bases if pairs_with(b, order, "online")):
                 keep.append((bounds, block_k, order))
     return keep
 
