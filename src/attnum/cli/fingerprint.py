@@ -1,7 +1,8 @@
 """``attnum fingerprint TARGET``: which arithmetic a black-box attention kernel implements.
 
 Exit status: 0 a fingerprint was taken (whether or not a candidate explains it: the output says), 1 the
-target crashed, hung or exited, 2 usage error, 3 the target is unavailable here. The target runs in a
+target crashed (raised), hung or exited, or the --matmul callable raised (the document is still printed),
+2 usage error (and a shape over the memory budget), 3 the target is unavailable here. The target runs in a
 kernel server (attnum.sandbox.server), as for ``attnum audit``, unless --no-isolate.
 """
 
@@ -45,17 +46,26 @@ def register(app: typer.Typer) -> None:
                                                                   "(a, b, c) and returning a @ b + c in float32 "
                                                                   "(run in this process), or mma:ARCH (attnum's "
                                                                   "model of ARCH, a self-check)"),
+        memory: str = typer.Option("auto", "--memory", help="memory budget of the fingerprint's own arrays: a size "
+                                                             "(4G, 512M) or auto (half of the memory available); a "
+                                                             "replay over it is skipped and listed"),
+        resolve: bool = typer.Option(False, "--resolve", help="tell undetermined sites, merges and structures apart "
+                                                              "with more calls of the target"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
     ) -> None:
         """Fingerprint an attention kernel (the help text is HELP above)."""
 
+        from attnum.audit.config import check_timeout
         from attnum.audit.fingerprint import fingerprint
-        from attnum.audit.fingerprint.probes import torch_dtype
+        from attnum.audit.fingerprint.budget import parse_memory
+        from attnum.audit.fingerprint.probes import TargetFailed, torch_dtype
         from attnum.console.progress import Activity
         from attnum.errors import bad_value
         from attnum.kernels.registry import arch_flag
 
         torch_dtype(dtype)
+        timeout = check_timeout(timeout)
+        budget = parse_memory(memory)
         arch = arch_flag(arch, target)
         try:
             lens = tuple(int(x) for x in lengths.split(",") if x.strip())
@@ -74,15 +84,27 @@ def register(app: typer.Typer) -> None:
                     print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
 
             kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
-                      matmul=_matmul(matmul) if matmul else None, num_splits=num_splits)
-            if no_isolate:
-                fn = _resolve(target, numerics, arch)
-                doc = fingerprint(fn, **kw)
-                doc["isolated"] = False
-            else:
-                doc = _isolated(target, numerics, arch, timeout, kw)
+                      matmul=_matmul(matmul) if matmul else None, num_splits=num_splits, memory=budget,
+                      resolve=resolve)
+            try:
+                if no_isolate:
+                    fn = _resolve(target, numerics, arch)
+                    doc = fingerprint(fn, **kw)
+                    doc["isolated"] = False
+                else:
+                    doc = _isolated(target, numerics, arch, timeout, kw)
+            except TargetFailed as failed:
+                print(f"attnum fingerprint: the target crashed: {failed.what} ({failed.where})", file=sys.stderr)
+                raise typer.Exit(1) from None
             doc["numerics"] = _numerics_label(target, numerics, arch)
+        if doc.get("resolve"):
+            doc["resolve"] = (f"attnum fingerprint {target} --dtype {dtype} --lengths {','.join(map(str, lens))} "
+                              f"--heads {heads} --head-dim {head_dim} --seed {seed} --resolve: {doc['resolve']}")
         _print(doc, as_json)
+        mma = doc.get("mma")
+        if isinstance(mma, str) and "the matmul callable raised" in mma:
+            print(f"attnum fingerprint: --matmul {matmul}: {mma.removeprefix('not identified: ')}", file=sys.stderr)
+            raise typer.Exit(1)
 
 
 def _matmul(spec: str):

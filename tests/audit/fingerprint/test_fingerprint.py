@@ -167,11 +167,11 @@ def test_the_structure_check_does_not_depend_on_the_cpus_tile_order(monkeypatch)
     a CPU whose BLAS orders differently would; the Triton decode target is still recovered bit for bit.
     Before, the structural check replayed the first flash policy alone: "no candidate explains it" on
     an AVX-512 Xeon for every tl.sum target (the tests passed on an AMD EPYC)."""
-    from attnum.audit.fingerprint import search
+    from attnum.audit.fingerprint import families
     from attnum.kernels.triton.sum_decode import sum_decode
 
-    plain = search.policy_candidates
-    monkeypatch.setattr(search, "policy_candidates",
+    plain = families.policy_candidates
+    monkeypatch.setattr(families, "policy_candidates",
                         lambda dtype: [parse_policy(f"fa2:{dtype},matmul_acc=fp64"), *plain(dtype)])
 
     def fn(q, k, v, attn_mask=None, is_causal=False, scale=None):
