@@ -45,8 +45,6 @@ class Untiled:
     policy: Policy
 
     def spec(self) -> str:
-        from attnum.audit.fingerprint.search import policy_spec
-
         return f"untiled:{policy_spec(self.policy)}"
 
 
@@ -192,3 +190,26 @@ def with_arch(policy, arch: str):
     if isinstance(policy, DotFlash):
         return DotFlash(policy.inputs, arch=arch, fused=policy.fused)
     return policy.with_overrides(mma=arch)
+
+
+def policy_spec(p) -> str:
+    """A policy string that parses back to ``p``'s arithmetic (the Triton families: their names;
+    un-tiled: ``untiled:`` and the policy of its sites)."""
+    if isinstance(p, (SumDecode, DotFlash, Untiled, EagerOps)):
+        return p.spec()
+    base = p.name.split(",")[0]
+    ref = parse_policy(base) if base else None
+    over = []
+    for site in OBSERVED_SITES + ("inputs",):
+        if ref is None or getattr(ref, site) != getattr(p, site):
+            over.append(f"{site}={getattr(p, site).name}")
+    for knob in ("normalize", "exp2"):
+        if ref is None or getattr(ref, knob) != getattr(p, knob):
+            over.append(f"{knob}={getattr(p, knob)}")
+    if p.mma is not None and (ref is None or ref.mma != p.mma):
+        over.append(f"mma={p.mma}")
+    if p.mma is not None and not p.mma_chain:
+        over.append("mma_chain=off")
+    if p.acc_update != "each":
+        over.append(f"acc_update={p.acc_update}")
+    return ",".join([base or "fp32", *over])

@@ -28,14 +28,16 @@ import torch
 from attnum.attention.serving.decode import decode_attention
 from attnum.attention.serving.split_rules import SplitPlan
 from attnum.audit.fingerprint import budget as mem
-from attnum.audit.fingerprint.families import OBSERVED_SITES, EagerOps, Untiled, arch_of
+from attnum.audit.fingerprint.families import OBSERVED_SITES, EagerOps, Untiled, arch_of, policy_spec
 from attnum.audit.fingerprint.probes import bits, survival
 from attnum.kernels.triton.dot_flash import DotFlash, dot_flash
 from attnum.kernels.triton.sum_decode import SumDecode, sum_decode
 from attnum.numerics.formats import format_of_dtype
 from attnum.numerics.metrics import ulp
-from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.policy import Policy
 from attnum.numerics.threads import one_thread
+
+__all__ = ["Candidate", "Replays", "Shape", "Skipped", "agrees", "policy_spec"]
 
 Shape = namedtuple("Shape", "bounds block_k order group chain")
 """A structure to replay: {S: split ranges}, the tile Bc, its walk order, the MMA group size L (0: none)
@@ -312,26 +314,3 @@ def site_table(cands: list[Candidate]) -> dict[str, dict]:
         vals = sorted({_knob(c.policy, knob) for c in cands})
         table[knob] = {"format": _knob(first, knob), "determined": len(vals) == 1, "alternatives": vals}
     return table
-
-
-def policy_spec(p) -> str:
-    """A policy string that parses back to ``p``'s arithmetic (the Triton families: their names;
-    un-tiled: ``untiled:`` and the policy of its sites)."""
-    if isinstance(p, (SumDecode, DotFlash, Untiled, EagerOps)):
-        return p.spec()
-    base = p.name.split(",")[0]
-    ref = parse_policy(base) if base else None
-    over = []
-    for site in OBSERVED_SITES + ("inputs",):
-        if ref is None or getattr(ref, site) != getattr(p, site):
-            over.append(f"{site}={getattr(p, site).name}")
-    for knob in ("normalize", "exp2"):
-        if ref is None or getattr(ref, knob) != getattr(p, knob):
-            over.append(f"{knob}={getattr(p, knob)}")
-    if p.mma is not None and (ref is None or ref.mma != p.mma):
-        over.append(f"mma={p.mma}")
-    if p.mma is not None and not p.mma_chain:
-        over.append("mma_chain=off")
-    if p.acc_update != "each":
-        over.append(f"acc_update={p.acc_update}")
-    return ",".join([base or "fp32", *over])
