@@ -146,6 +146,8 @@ def _fingerprint(t, dtype, lengths, heads, d, seed, say, num_splits, budget, res
     for S in lengths:
         q, k, v = probes.random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)
         fit_calls.append(probes.Call(q, k, t(q, k, v), None, v, dtype, what="fitting"))
+    _labels, (q, k, v) = probes.magnitude_inputs(lengths[0], heads=heads, d=d, dtype=dtype, seed=seed + 100)
+    fit_calls.append(probes.Call(q, k, t(q, k, v), None, v, dtype, what="fitting magnitudes"))
     replays = search.Replays(budget)
     structural_calls = list(probe_calls)  # the split probes join them (every call is a replay check too)
     say("un-tiled attention")

@@ -6,10 +6,11 @@ mild inputs exactly. So the fresh calls (:func:`fresh_calls`) span what the fitt
 
 - the fitting inputs' recipe with another seed, at every probed length;
 - at the shortest probed length, in the same call, heads whose queries are four and sixteen times
-  larger (``q x 4``, ``q x 16``: scores up to sixteen times wider, the softmax nearly one-hot, exp near
-  underflow) and heads whose values are 2**10 and 2**-10 times larger (``v x 2^10``, ``v x 2^-10``: the
-  accumulator's exponent range), the variants cycling over the heads (a kernel that switches its
-  arithmetic on the call's data switches it for every head: the replay differs either way);
+  larger or sixteen times smaller (``q x 4``, ``q x 16``, ``q x 1/16``: scores up to sixteen times wider,
+  the softmax nearly one-hot, exp near underflow; or nearly flat) and heads whose values are 2**10 and
+  2**-10 times larger (``v x 2^10``, ``v x 2^-10``: the accumulator's exponent range), the variants
+  cycling over the heads (a kernel that switches its arithmetic on the call's data switches it for every
+  head: the replay differs either way). The fitting inputs span less (:data:`probes.FIT_MAGNITUDES`);
 - ``S=...``: a length that was not probed (twice the shortest), when the answer says what the
   kernel does there (:func:`at_length`: one split at every probed length); otherwise the document says
   it was not checked and why.
@@ -22,33 +23,22 @@ from __future__ import annotations
 import torch
 
 from attnum.audit.fingerprint.families import EagerOps, Untiled
-from attnum.audit.fingerprint.probes import MAX_LENGTH, Call, TargetRefused, bits, random_inputs
+from attnum.audit.fingerprint.probes import MAX_LENGTH, Call, TargetRefused, bits, magnitude_inputs, random_inputs
 from attnum.audit.fingerprint.search import Candidate, Skipped
 from attnum.numerics.formats import format_of_dtype
 from attnum.numerics.metrics import ulp
 from attnum.numerics.threads import one_thread
 
-MAGNITUDES = (("seed", 1.0, 1.0), ("q x 4", 4.0, 1.0), ("q x 16", 16.0, 1.0), ("v x 2^10", 1.0, 2.0 ** 10),
-              ("v x 2^-10", 1.0, 2.0 ** -10))
-
-
-def _heads_scaled(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    return (x.double() * scales.view(1, -1, 1, 1)).to(x.dtype)
+MAGNITUDES = (("seed", 1.0, 1.0), ("q x 4", 4.0, 1.0), ("q x 16", 16.0, 1.0), ("q x 1/16", 1 / 16, 1.0),
+              ("v x 2^10", 1.0, 2.0 ** 10), ("v x 2^-10", 1.0, 2.0 ** -10))
 
 
 def fresh_inputs(lengths, *, heads: int, d: int, dtype: str, seed: int) -> list[tuple[list[str], tuple]]:
     """[(per-head labels, (q, k, v))] of the fresh calls (module doc), the unprobed length last."""
-    out = []
-    S0 = lengths[0]
-    q, k, v = random_inputs(S0, heads=heads, d=d, dtype=dtype, seed=seed)
-    which = [h % len(MAGNITUDES) for h in range(heads)]
-    sq = torch.tensor([MAGNITUDES[w][1] for w in which], dtype=torch.float64)
-    sv = torch.tensor([MAGNITUDES[w][2] for w in which], dtype=torch.float64)
-    out.append(([f"seed {seed} at S={S0}" if w == 0 else f"{MAGNITUDES[w][0]} at S={S0}" for w in which],
-                (_heads_scaled(q, sq), k, _heads_scaled(v, sv))))
+    out = [magnitude_inputs(lengths[0], heads=heads, d=d, dtype=dtype, seed=seed, variants=MAGNITUDES)]
     for S in lengths[1:]:
         out.append(([f"seed {seed} at S={S}"] * heads, random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)))
-    S1 = 2 * S0
+    S1 = 2 * lengths[0]
     if S1 not in lengths and S1 <= MAX_LENGTH[dtype]:
         out.append(([f"unprobed length S={S1}"] * heads, random_inputs(S1, heads=heads, d=d, dtype=dtype, seed=seed)))
     return out

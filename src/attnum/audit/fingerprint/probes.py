@@ -312,6 +312,22 @@ def survival(out: torch.Tensor, n: int) -> np.ndarray:
     return b[0:2 * n:2] != b[1:2 * n:2]
 
 
+FIT_MAGNITUDES = (("seed", 1.0, 1.0), ("q x 4", 4.0, 1.0), ("v x 2^8", 1.0, 2.0 ** 8), ("q x 1/8", 0.125, 1.0))
+
+
+def magnitude_inputs(S: int, *, heads: int, d: int, dtype: str, seed: int, variants=FIT_MAGNITUDES
+                     ) -> tuple[list[str], tuple[torch.Tensor, ...]]:
+    """(per-head labels, (q, k, v)): :func:`random_inputs` with head h's queries and values scaled by
+    ``variants[h % len(variants)]`` ((label, q scale, v scale)): magnitudes in one call, for the search to
+    tell apart arithmetics that agree on mild inputs (exp and exp2 with a folded scale, for one)."""
+    q, k, v = random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)
+    which = [h % len(variants) for h in range(heads)]
+    sq = torch.tensor([variants[w][1] for w in which], dtype=torch.float64).view(1, -1, 1, 1)
+    sv = torch.tensor([variants[w][2] for w in which], dtype=torch.float64).view(1, -1, 1, 1)
+    labels = [f"{variants[w][0]} {seed} at S={S}" if w == 0 else f"{variants[w][0]} at S={S}" for w in which]
+    return labels, ((q.double() * sq).to(q.dtype), k, (v.double() * sv).to(v.dtype))
+
+
 def random_inputs(S: int, *, heads: int, d: int, dtype: str, seed: int) -> tuple[torch.Tensor, ...]:
     """Fitting inputs (1, H, 1, d) x (1, H, S, d) x (1, H, S, d) that expose the rounding sites: per head
     a score spread from mild to wide (several running-max updates across tiles), and V either centred
