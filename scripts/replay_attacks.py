@@ -1,5 +1,6 @@
 """Replay every attack of issue 13 ("Trustworthy under real use"), issue 19 ("Nothing lost, nothing
-forged, round 3") and issue 32 ("Nothing forged, round 4") against this checkout's CLI.
+forged, round 3"), issue 32 ("Nothing forged, round 4") and issue 42's fingerprint attacks ("round 5")
+against this checkout's CLI.
 
 Each attack is one thing a new user, a hostile kernel or a bad machine does; each has the behaviour
 the issue asks for. The script runs them all in fresh processes (``python -m attnum ...``, the
@@ -1390,7 +1391,7 @@ def main() -> int:
                 ok, seen = False, f"{type(exc).__name__}: {exc}"[:160]
             results.append(ok)
             print(f"{'ok ' if ok else 'BAD'}  {section:8s} {name}  [{time.perf_counter() - t0:.0f}s] {seen}", flush=True)
-    print(f"{sum(results)} of {len(results)} attacks behaved as issues 13, 19 and 32 ask")
+    print(f"{sum(results)} of {len(results)} attacks behaved as issues 13, 19, 32 and 42 ask")
     return 0 if all(results) else 1
 
 

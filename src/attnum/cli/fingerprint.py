@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
             kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
                       matmul=_matmul(matmul) if matmul else None, num_splits=num_splits, memory=budget,
                       resolve=resolve)
+            failed = None
             try:
                 if no_isolate:
                     fn = _resolve(target, numerics, arch)
@@ -93,10 +94,12 @@ def register(app: typer.Typer) -> None:
                     doc["isolated"] = False
                 else:
                     doc = _isolated(target, numerics, arch, timeout, kw)
-            except TargetFailed as failed:
-                print(f"attnum fingerprint: the target crashed: {failed.what} ({failed.where})", file=sys.stderr)
-                raise typer.Exit(1) from None
-            doc["numerics"] = _numerics_label(target, numerics, arch)
+                doc["numerics"] = _numerics_label(target, numerics, arch)
+            except TargetFailed as exc:
+                failed = exc
+        if failed is not None:  # after the progress line: the target's failure is the last word
+            print(f"attnum fingerprint: the target crashed: {failed.what} ({failed.where})", file=sys.stderr)
+            raise typer.Exit(1)
         if doc.get("resolve"):
             doc["resolve"] = (f"attnum fingerprint {target} --dtype {dtype} --lengths {','.join(map(str, lens))} "
                               f"--heads {heads} --head-dim {head_dim} --seed {seed} --resolve: {doc['resolve']}")

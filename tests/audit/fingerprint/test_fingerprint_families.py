@@ -43,7 +43,9 @@ def mma_configs(n: int, seed: int) -> list[dict]:
     """Hidden configurations on a matrix unit: dtype, architecture (any with that operand type), the
     accumulator chained or each tile from zero, tile, one split or several (decode)."""
     rng = random.Random(seed)
-    out = []
+    # issue 41's two: fa2:bf16,mma=sm80 and fa2:fp16,mma=sm90 with a tile it is not told
+    out = [{"dtype": "bf16", "arch": "sm80", "chain": True, "block_k": rng.choice(TILES), "num_splits": 1},
+           {"dtype": "fp16", "arch": "sm90", "chain": True, "block_k": rng.choice(TILES), "num_splits": 1}]
     for i in range(n):
         dtype = ("bf16", "fp16")[i % 2]
         archs = [a for a in ARCHS if KIND[dtype] in ARCHS[a].instructions]
