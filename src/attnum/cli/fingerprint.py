@@ -181,7 +181,16 @@ def _isolated(target: str, numerics: str, arch: str, timeout: float, kw: dict) -
     finally:
         server.close()
     doc["isolated"] = True
+    doc["target_peak_rss_mib"] = _peak_mib()
     return doc
+
+
+def _peak_mib() -> float:
+    """The kernel server's high-water resident memory, once it is closed and reaped: the largest of this
+    process's reaped children (getrusage RUSAGE_CHILDREN; the server is not dumpable, its /proc is closed)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
 
 def _print(doc: dict, as_json: bool) -> None:

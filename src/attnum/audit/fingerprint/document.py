@@ -23,7 +23,8 @@ def accumulation(c: Candidate) -> str:
     if isinstance(p, Untiled):
         return "un-tiled: softmax over all the keys, then one P V matmul"
     if isinstance(p, EagerOps):
-        return "un-tiled: torch's ops in the input dtype, P V one GEMM of the CPU library's"
+        return (f"un-tiled: torch's {'eager ops in the input dtype' if p.path == 'eager' else 'SDPA math path'}, "
+                "P V one GEMM of the CPU library's")
     if isinstance(p, SumDecode):
         return "element-wise tl.sum per tile, added to O in fp32 (Triton decode)"
     if isinstance(p, DotFlash):
@@ -40,7 +41,8 @@ def reproduction(best: Candidate, spec: str, lengths) -> str:
     if isinstance(p, Untiled):
         return f"attnum.attention.baseline.baseline_attention(q, k, v, policy={policy_spec(p.policy)!r})"
     if isinstance(p, EagerOps):
-        return "attnum.attention.eager.eager_attention(q, k, v)  (torch's ops in the input dtype, on this CPU)"
+        fn = "eager_attention" if p.path == "eager" else "sdpa_math_attention"
+        return f"attnum.attention.eager.{fn}(q, k, v)  (torch's own ops, on this CPU)"
     if isinstance(p, SumDecode):
         return (f"attnum.kernels.triton.sum_decode.sum_decode(q, k, v, bounds=split_bounds[S], "
                 f"block_k={best.block_k}, fused={p.fused})")

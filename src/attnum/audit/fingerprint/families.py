@@ -13,9 +13,11 @@
 - **un-tiled attention** (:func:`untiled_candidates`): softmax over all the keys, then one P V matmul
   (:func:`attnum.attention.baseline.baseline_attention`): torch's eager attention and SDPA's math path in
   each format (``torch-eager``, ``uniform``, ``fp32`` with the input and output formats), one site moved;
-  and torch's own ops in the input dtype (:class:`EagerOps`, :func:`attnum.attention.eager.eager_attention`),
-  whose 16-bit GEMMs are the CPU library's (oneDNN's bf16 kernels on a CPU with AVX512-BF16 or AMX sum
-  otherwise than an fp32 GEMM of the same values), as a tile matmul is the BLAS's.
+  and torch's own ops (:class:`EagerOps`): eager attention in the input dtype
+  (:func:`attnum.attention.eager.eager_attention`), whose 16-bit GEMMs are the CPU library's (oneDNN's bf16
+  kernels on a CPU with AVX512-BF16 or AMX sum otherwise than an fp32 GEMM of the same values), as a tile
+  matmul is the BLAS's; and SDPA's math path (:func:`attnum.attention.eager.sdpa_math_attention`, which
+  scales Q and K by sqrt(scale) each, not the scores by scale).
 - **the element-wise Triton decode arithmetic** (:func:`family_candidates`:
   :class:`attnum.kernels.triton.sum_decode.SumDecode`, with and without FP fusion).
 - **Triton's flash forward** (:func:`dot_flash_candidates`: :class:`attnum.kernels.triton.dot_flash.DotFlash`,
@@ -50,18 +52,27 @@ class Untiled:
 
 @dataclass(frozen=True)
 class EagerOps:
-    """Eager attention as torch's CPU ops in the input dtype (``softmax(Q K^T * scale) V``,
-    :func:`attnum.attention.eager.eager_attention`): Q K^T and P V are torch's GEMMs in that dtype."""
+    """Un-tiled attention as torch's own CPU ops: ``path="eager"`` is ``softmax(Q K^T * scale) V`` in the
+    input dtype (:func:`attnum.attention.eager.eager_attention`: Q K^T and P V torch's GEMMs in that
+    dtype); ``path="sdpa-math"`` is SDPA's math path (:func:`attnum.attention.eager.sdpa_math_attention`:
+    upcast to fp32, Q and K each times sqrt(scale), softmax, P V, cast back)."""
 
     inputs: str
+    path: str = "eager"
 
     def spec(self) -> str:
-        return f"torch-eager-ops:{self.inputs}"
+        return f"torch-{self.path}-ops:{self.inputs}"
 
     def sites(self) -> dict[str, str]:
         wide = "fp32"
-        return {"scores": self.inputs, "exp": wide, "probs": self.inputs, "row_sum": wide, "rescale": wide,
-                "acc": wide, "out": self.inputs}
+        mid = self.inputs if self.path == "eager" else wide
+        return {"scores": mid, "exp": wide, "probs": mid, "row_sum": wide, "rescale": wide, "acc": wide,
+                "out": self.inputs}
+
+    def run(self, q, k, v):
+        from attnum.attention.eager import eager_attention, sdpa_math_attention
+
+        return eager_attention(q, k, v) if self.path == "eager" else sdpa_math_attention(q, k, v)
 
 
 def _key(p: Policy) -> tuple:
@@ -159,7 +170,7 @@ def untiled_candidates(dtype: str) -> list:
         if key not in seen:  # baseline ignores normalize and rescale: one candidate per arithmetic
             seen.add(key)
             out.append(Untiled(p))
-    return [EagerOps(f), *out]
+    return [EagerOps(f), EagerOps(f, "sdpa-math"), *out]
 
 
 def family_candidates(dtype: str) -> list[SumDecode]:

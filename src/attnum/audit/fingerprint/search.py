@@ -64,9 +64,7 @@ class Candidate:
 
             return baseline_attention(q, k, v, policy=p.policy)
         if isinstance(p, EagerOps):
-            from attnum.attention.eager import eager_attention
-
-            return eager_attention(q, k, v)
+            return p.run(q, k, v)
         if isinstance(p, SumDecode):
             return sum_decode(q, k, v, bounds=self.bounds[S], block_k=self.block_k, fused=p.fused)
         if isinstance(p, DotFlash):
