@@ -1,7 +1,7 @@
 """``attnum fingerprint`` at the default shape: wall time per target, against a baseline checkout (issue 41:
 a tensor-core target under 5 minutes on 2 cores, the existing targets no slower).
 
-    python benchmarks/bench_fingerprint.py [--baseline-src DIR] [--targets T1,T2,...] [--reps 1]
+    python benchmarks/bench_fingerprint.py [--baseline-src DIR] [--targets "T1;T2;..."] [--reps 1]
 
 Each target is fingerprinted by the CLI in a fresh process (``python -m attnum fingerprint TARGET --dtype
 bf16 --json``: lengths 512 and 1200, 16 heads, d = 64, the target in its kernel server), with this
@@ -49,12 +49,12 @@ def run(target: str, src: Path, extra: list[str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baseline-src", type=Path, default=None)
-    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--targets", default=";".join(TARGETS), help="targets separated by ';' (a policy has commas)")
     ap.add_argument("--reps", type=int, default=1)
     args = ap.parse_args()
     here = ROOT / "src"
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()}")
-    for target in args.targets.split(","):
+    for target in args.targets.split(";"):
         mine, base = [], []
         for _ in range(args.reps):
             if args.baseline_src is not None:

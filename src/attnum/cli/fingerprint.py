@@ -101,8 +101,9 @@ def register(app: typer.Typer) -> None:
             print(f"attnum fingerprint: the target crashed: {failed.what} ({failed.where})", file=sys.stderr)
             raise typer.Exit(1)
         if doc.get("resolve"):
+            plan = doc["resolve"].removeprefix("resolve=True (--resolve) runs ")
             doc["resolve"] = (f"attnum fingerprint {target} --dtype {dtype} --lengths {','.join(map(str, lens))} "
-                              f"--heads {heads} --head-dim {head_dim} --seed {seed} --resolve: {doc['resolve']}")
+                              f"--heads {heads} --head-dim {head_dim} --seed {seed} --resolve  (runs {plan})")
         _print(doc, as_json)
         mma = doc.get("mma")
         if isinstance(mma, str) and "the matmul callable raised" in mma:

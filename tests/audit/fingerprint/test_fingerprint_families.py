@@ -215,7 +215,7 @@ def test_undetermined_choices_are_named_and_resolve_runs_more_calls():
     doc = fingerprint(fn, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D, seed=7)
     choices = {u["choice"] for u in doc["undetermined"]}
     assert "site normalize" in choices, doc["undetermined"]
-    assert "picks one of the choices" in doc["reproduction"] and doc["resolve"].startswith("--resolve runs"), doc
+    assert "picks one of the choices" in doc["reproduction"] and doc["resolve"].startswith("resolve=True (--resolve) runs 8 more calls"), doc
     again = fingerprint(fn, dtype="bf16", lengths=LENGTHS, heads=HEADS, d=D, seed=7, resolve=True)
     r = again["resolved"]
     assert r["calls"] > 0 and r["candidates_after"] <= r["candidates_before"] == doc["candidates"], r
