@@ -34,8 +34,9 @@ from attnum.errors import AttnumEnvironmentError, bad_value
 from attnum.numerics.threads import one_thread
 
 DEFAULT_LENGTHS = (512, 1200)
-NO_MATMUL = ("not identified: no matmul callable given (an attention call's outputs do not isolate its matrix "
-             "unit; pass one to name an attnum.numerics.mma.dense architecture)")
+NO_MATMUL = ("not identified from a matmul callable: none given (pass one, --matmul, to name the architecture of a "
+             "kernel's matmuls; the attention's own bits show a matrix unit only where P V accumulates on it: "
+             "see architectures)")
 
 
 def _check(dtype, lengths, heads, d, num_splits, fn) -> tuple:
