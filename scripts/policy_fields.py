@@ -30,6 +30,10 @@ DESCRIPTIONS = {
                          "maximum kept until it grows by more than T (log2 units), corrected at the end",
     "mma": "None, or a GPU architecture (sm80, sm90, hopper, ...): the matmul sites as its tensor-core "
            "instructions (attnum.mma; flash's P·V onto O inside the MMA)",
+    "mma_chain": "with mma and an fp32 acc: on (O is the P·V instructions' accumulator, FA2/FA3's and Triton's "
+                 "tl.dot(p, v, acc)) or off (each tile's P·V from a zero accumulator, then added at acc)",
+    "acc_update": "each (O rounded at acc three times per tile) or once (O·alpha + P·V formed in fp32, rounded at "
+                  "acc once: an accumulator kept in the output format; fa2 only)",
     "lowbit": "None, or a SageAttention scheme (attnum.numerics.lowbit.LowBit: INT8/INT4/FP8/NVFP4 quantizers, smoothing, "
               "P·V format and accumulator) that flash and baseline then run",
     "name": "the policy's display name (not compared)",

@@ -11,7 +11,7 @@ clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 14 mi
 ``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes;
 ``python scripts/replay_attacks.py round4`` issue 32's cases; ``python scripts/replay_attacks.py round7``
 issue 42's cases of the tensor-core model, the CLI's stdout, built-in targets, ``sum_decode`` and the
-report, and the attacks on the surfaces of that turn, about 4 minutes).
+report, the fingerprint's, and the attacks on the surfaces of that turn).
 
 The pytest suite covers the same ground case by case (tests/robust/test_robust_*.py, and for issue 42
 tests/robust/test_robust_round5_forged.py and tests/numerics/mma/test_mma_mixed_operands.py); this is
@@ -1619,6 +1619,95 @@ def _(tmp):
     p = _py(tmp, code, limit_bytes=3 << 30)
     return p.returncode == 0 and p.stdout.startswith("refused"), \
         f"exit {p.returncode}: {(p.stdout.strip() or p.stderr.strip()[-100:])[:120]}"
+
+
+# -- round 7: issue 42's fingerprint attacks ---------------------------------------------------------
+
+FP_SMALL = ["--lengths", "64,160", "--heads", "4", "--head-dim", "16"]
+
+
+@attack("round7", "fingerprint of a kernel returning its bf16 values upcast to float32: explained, dtype named")
+def _(tmp):
+    t = target(tmp, "upcast", "from attnum.attention.flash import flash_attention\n"
+                              "def attention(q, k, v, **kw):\n"
+                              "    return flash_attention(q, k, v, policy='fa2:bf16', block_k=32).to(q.dtype).float()\n")
+    p = cli("fingerprint", t, *FP_SMALL, "--json", cwd=tmp)
+    doc = strict_json(p.stdout) if p.returncode == 0 else {}
+    ok = doc.get("policy") is not None and doc.get("output_dtype") == "float32" and doc.get("bit_exact_fraction") == 1.0
+    return ok, f"exit {p.returncode}: policy {doc.get('policy')}, output {doc.get('output_dtype')}"
+
+
+for _dt, _expr in (("int16", "out.to(torch.int16)"), ("bool", "out > 0"), ("float8", "out.to(torch.float8_e4m3fn)"),
+                   ("complex", "out.to(torch.complex64)"), ("meta", "torch.empty(out.shape, device='meta')")):
+    @attack("round7", f"fingerprint of a target returning {_dt} outputs (--no-isolate): one line, exit 2")
+    def _(tmp, _expr=_expr, _dt=_dt):
+        t = target(tmp, "odd", f"def attention(q, k, v, **kw):\n    out = F.scaled_dot_product_attention(q.float(), "
+                               f"k.float(), v.float())\n    return {_expr}\n")
+        return one_line_error(cli("fingerprint", t, *FP_SMALL, "--no-isolate", cwd=tmp), 2, "target output",
+                              after_progress=True)
+
+
+@attack("round7", "fingerprint of a data-dependent kernel (fp32 scores while max|q| <= 60): not bit-exact 1.0")
+def _(tmp):
+    t = target(tmp, "switch", "from attnum.attention.flash import flash_attention\n"
+                              "def attention(q, k, v, **kw):\n"
+                              "    p = 'fa2:bf16' if float(q.float().abs().max()) <= 60 else 'fa2:bf16,scores=bf16'\n"
+                              "    return flash_attention(q, k, v, policy=p, block_k=32).to(q.dtype)\n")
+    p = cli("fingerprint", t, "--lengths", "64,160", "--heads", "8", "--head-dim", "16", "--json", cwd=tmp)
+    doc = strict_json(p.stdout) if p.returncode == 0 else {}
+    ok = p.returncode == 0 and doc.get("bit_exact_fraction") != 1.0 and bool(doc.get("unexplained"))
+    return ok, f"exit {p.returncode}: bit-exact {doc.get('bit_exact_fraction')}, {str(doc.get('unexplained'))[:80]}"
+
+
+for _t in ("0", "-5"):
+    @attack("round7", f"fingerprint --timeout {_t}: refused as audit refuses it, one line, exit 2")
+    def _(tmp, _t=_t):
+        return one_line_error(cli("fingerprint", "flash:fa2:bf16", "--timeout", _t, *FP_SMALL, cwd=tmp), 2, "timeout=")
+
+
+@attack("round7", "fingerprint --heads 1000000: sized before allocating, one line, exit 2, within 60 s")
+def _(tmp):
+    t0 = time.perf_counter()
+    ok, seen = one_line_error(cli("fingerprint", "flash:fa2:bf16", "--heads", "1000000", "--no-isolate", cwd=tmp), 2,
+                              "--heads=1000000", "memory budget")
+    return ok and time.perf_counter() - t0 < 60, seen
+
+
+@attack("round7", "fingerprint --lengths 30000 under a 4 GB cap: one line, exit 2, no internal error")
+def _(tmp):
+    code = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+            "from attnum.cli import main\nsys.exit(main(['fingerprint', 'flash:fa2:bf16', '--lengths', '30000', "
+            "'--no-isolate']))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=600, env=env())
+    return one_line_error(p, 2, "--lengths=30000", after_progress=True)
+
+
+for _exc in ("RuntimeError", "ValueError", "AssertionError", "MemoryError"):
+    @attack("round7", f"fingerprint of a target raising {_exc} on the fitting inputs: exit 1, 'target crashed'")
+    def _(tmp, _exc=_exc):
+        t = target(tmp, "raises", f"def attention(q, k, v, **kw):\n    if bool(q.any()):\n        raise {_exc}('no')\n"
+                                  "    return F.scaled_dot_product_attention(q, k, v, **kw)\n")
+        p = cli("fingerprint", t, *FP_SMALL, cwd=tmp)
+        last = (p.stderr.strip().splitlines() or [""])[-1]
+        ok = p.returncode == 1 and "internal error" not in p.stderr and last.startswith(
+            f"attnum fingerprint: the target crashed: {_exc}")
+        return ok, f"exit {p.returncode}: {last[:140]}"
+
+
+@attack("round7", "fingerprint --matmul a callable that raises: reported, the document kept, exit 1")
+def _(tmp):
+    (tmp / "mm.py").write_text("def mm(a, b, c):\n    raise RuntimeError('boom')\n")
+    p = cli("fingerprint", "flash:fa2:bf16", *FP_SMALL, "--matmul", f"{tmp / 'mm.py'}:mm", "--json", "--no-isolate",
+            cwd=tmp)
+    doc = strict_json(p.stdout) if p.stdout.strip().startswith("{") else {}
+    ok = p.returncode == 1 and "RuntimeError: boom" in str(doc.get("mma")) and "internal error" not in p.stderr
+    return ok, f"exit {p.returncode}: mma {str(doc.get('mma'))[:90]}"
+
+
+@attack("round7", "fingerprint vllm-mla-decode (NotImplementedError from its adapter): one line, exit 2")
+def _(tmp):
+    return one_line_error(cli("fingerprint", "vllm-mla-decode", *FP_SMALL, cwd=tmp), 2, "NotImplementedError",
+                          after_progress=True)
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """The torch-eager policy against PyTorch eager attention on CPU (as validate does for the flash kernel)."""
 
 import pytest
+import torch
 
 from attnum.numerics.policy import parse_policy
 from attnum.studies.validation.validate_eager import EagerValidateConfig, validate_eager_point
@@ -27,3 +28,26 @@ def test_torch_eager_matches_eager_attention(fmt, seq_len, one_thread):
     # policy models eager attention and the other policies do not (~40% identical), on any CPU.
     assert row["identical"] >= 0.95
     assert row["identical_uniform"] < 0.6 and row["identical_fa2"] < 0.6
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("d", [16, 64, 80])
+def test_sdpa_math_attention_is_torchs_math_path_bit_for_bit(dtype, d):
+    """attnum.attention.eager.sdpa_math_attention writes torch's math SDPA op by op (16-bit inputs upcast,
+    Q and K each times sqrt(scale)): the same bits as SDPA's MATH backend, over dtypes and head dims whose
+    scale is and is not a power of 2; and not those of the scores scaled once (what the scale does)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from attnum.attention.eager import sdpa_math_attention
+
+    g = torch.Generator().manual_seed(d)
+    q = torch.randn(2, 3, 5, d, generator=g).to(dtype)
+    k = torch.randn(2, 3, 300, d, generator=g).to(dtype) * 3
+    v = torch.randn(2, 3, 300, d, generator=g).to(dtype)
+    with sdpa_kernel(SDPBackend.MATH):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    got = sdpa_math_attention(q, k, v)
+    assert got.dtype == dtype and torch.equal(got, want)
+    once = (torch.softmax((q.float() @ k.float().transpose(-1, -2)) / d ** 0.5, -1) @ v.float()).to(dtype)
+    if d == 80:  # sqrt(1/sqrt(80)) rounds in fp32: the split scale is another arithmetic
+        assert not torch.equal(once, want)

@@ -13,6 +13,8 @@ mask costs no more than one bool tile of that size.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attnum.attention import masks
@@ -30,6 +32,21 @@ def eager_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     p_BHNS = attention_weights(query, key, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                                causal_alignment=causal_alignment, window=window)
     return p_BHNS.to(value.dtype) @ masks.expand_kv(value, H)
+
+
+def sdpa_math_attention(query, key, value, *, scale=None):
+    """(B, H, N, d) x (B, H, S, d) x (B, H, S, dv) -> (B, H, N, dv): torch's math SDPA path op by op, as
+    ``aten/src/ATen/native/transformers/attention.cpp`` (``_scaled_dot_product_attention_math``) writes it,
+    no mask: 16-bit inputs upcast to fp32 first; Q and K each multiplied by sqrt(scale) (for stability,
+    instead of the scores by scale); softmax of Q K^T; its product with V; the result cast back to the
+    input dtype. The GEMMs are torch's own (the CPU's BLAS), as the path's are."""
+    B, H, _, N, S, d, dv = masks.check_qkv(query, key, value)
+    wide = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    q, k, v = (t.to(wide) for t in (query, key, masks.expand_kv(value, H)))
+    k = masks.expand_kv(k, H)
+    sf = math.sqrt(masks.resolve_scale(scale, d))
+    attn = torch.softmax(torch.matmul(q * sf, k.transpose(-2, -1) * sf), dim=-1)
+    return torch.matmul(attn, v).to(query.dtype)
 
 
 def attention_weights(query, key, *, attn_mask=None, is_causal=False, scale=None,

@@ -97,6 +97,9 @@ def _flash(q, k, v, *, attn_mask, is_causal, scale, policy: Policy, block_q, blo
                               scale=scale, causal_alignment=causal_alignment, window=window, return_lse=return_lse)
     if variant not in VARIANTS:
         raise AttnumInputError(f"variant={variant!r} is not allowed; expected one of {VARIANTS}")
+    if variant == "fa1" and policy.acc_update != "each":  # fa1 writes O normalized per tile: no such update
+        raise AttnumInputError(f"policy acc_update={policy.acc_update!r} is not allowed with variant='fa1'; "
+                               "expected acc_update=each (once is fa2's O update)")
     B, H, _, N, S, d, _ = masks.check_qkv(q, k, v)
     tiles = resolve_tiles(d, block_q=block_q, block_k=block_k, sram=sram, swap_blocks=swap_blocks, square=square)
     kv_tile_order(tiles.Tc(S), kv_order)  # validate before any work

@@ -145,6 +145,8 @@ def _fa2_step(s, v_j, m, l, acc, policy: Policy, ws: Workspace):
     l = policy.round("row_sum", policy.round("row_sum", alpha * l) + policy.round("row_sum", p.sum(-1, keepdim=True)))
     if steps.mma_accumulates(policy):  # O is the P V MMA's accumulator (FA2/FA3's rescale_o, then gemm)
         return m_new, l, steps.pv_onto(acc, alpha, p, v_j, policy, ws, p_grid=policy.exp)
+    if policy.acc_update == "once":  # O alpha + P V in fp32, rounded at acc once
+        return m_new, l, steps.acc_once(acc, alpha, p, v_j, policy, p_grid=policy.exp)
     pv = steps.pv(p, v_j, policy, ws, p_grid=policy.exp)
     acc = policy.round("acc", policy.round("acc", acc.mul_(alpha)).add_(pv))  # acc is this loop's own
     return m_new, l, acc

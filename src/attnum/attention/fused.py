@@ -172,6 +172,8 @@ def fa2_step(q, k_j, v_j, tile, scale: float, m, l, acc, policy: Policy, ws, buf
         _round_site_(p, policy, "probs")
     if steps.mma_accumulates(policy):  # O is the P V MMA's accumulator (steps.pv_onto)
         return m_new, l, steps.pv_onto(acc, alpha, p, v_j, policy, p_grid=policy.probs)
+    if policy.acc_update == "once":  # O alpha + P V in fp32, rounded at acc once (steps.acc_once)
+        return m_new, l, steps.acc_once(acc, alpha, p, v_j, policy, p_grid=policy.probs)
     pv = _pv(p, v_j, policy, ws)
     R, dv = acc.numel() // acc.shape[-1], acc.shape[-1]
     acc_update_(acc.view(R, dv).numpy(), alpha.reshape(R).contiguous().numpy(), pv.view(R, dv).numpy(),

@@ -269,8 +269,20 @@ def pv(
 def mma_accumulates(policy: Policy) -> bool:
     """True when flash's P V product accumulates onto O inside the MMA: an ``mma`` policy whose ``acc``
     is fp32, the instruction's accumulator (FlashAttention-2/3 rescale O, then pass it to the P V
-    MMA as its C operand). Otherwise the tile's product is formed from a zero accumulator and added."""
-    return policy.mma is not None and policy.acc.name == "fp32"
+    MMA as its C operand), unless ``mma_chain=off``. Otherwise the tile's product is formed from a zero
+    accumulator and added."""
+    return policy.mma is not None and policy.acc.name == "fp32" and policy.mma_chain
+
+
+def acc_once(acc_BHNd: torch.Tensor, alpha_BHN1: torch.Tensor, p_BHNS: torch.Tensor, v_BHSd: torch.Tensor,
+             policy: Policy, p_grid: FloatFormat | None = None) -> torch.Tensor:
+    """``acc_update=once``: O alpha + P V formed in fp32 (the matmul's fp32 output, each operation rounded
+    to fp32, as a kernel's registers hold them) and rounded at ``acc`` once; returns the new acc."""
+    if p_grid is None or not p_grid.fits_in(policy.probs):
+        p_BHNS = round_to(p_BHNS, policy.probs)
+    pv = round_to(matmul(p_BHNS, v_BHSd, policy, sites=("probs", "inputs")), "fp32")
+    t = round_to(round_to(acc_BHNd * alpha_BHN1, "fp32") + pv, "fp32")
+    return policy.round("acc", t).to(acc_BHNd.dtype)
 
 
 def pv_onto(acc_BHNd: torch.Tensor, alpha_BHN1: torch.Tensor, p_BHNS: torch.Tensor, v_BHSd: torch.Tensor,

@@ -42,6 +42,11 @@ def _finite(name: str, value: object, allowed: str, *, positive: bool, upper: fl
     return float(value)
 
 
+def check_timeout(value: object, *, param: str = "timeout") -> float:
+    """Seconds a silent target is given, as every command takes them: finite, > 0, at most a week."""
+    return _finite(param, value, f"seconds, > 0 and <= {MAX_TIMEOUT:g}", positive=True, upper=MAX_TIMEOUT)
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuditConfig:
     """What to audit and how strictly.
@@ -102,9 +107,7 @@ class AuditConfig:
                                                    positive=True))
         object.__setattr__(self, "floor_ulps", _finite("floor_ulps", self.floor_ulps,
                                                        "a finite non-negative number of ULPs", positive=False))
-        object.__setattr__(self, "timeout", _finite("timeout", self.timeout,
-                                                    f"seconds, > 0 and <= {MAX_TIMEOUT:g}", positive=True,
-                                                    upper=MAX_TIMEOUT))
+        object.__setattr__(self, "timeout", check_timeout(self.timeout))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < MAX_SEED:
             raise bad_value("seed", self.seed, "an integer, 0 <= seed < 2**63")
         if self.empty_rows is not None:

@@ -1,7 +1,8 @@
 """``attnum fingerprint TARGET``: which arithmetic a black-box attention kernel implements.
 
 Exit status: 0 a fingerprint was taken (whether or not a candidate explains it: the output says), 1 the
-target crashed, hung or exited, 2 usage error, 3 the target is unavailable here. The target runs in a
+target crashed (raised), hung or exited, or the --matmul callable raised (the document is still printed),
+2 usage error (and a shape over the memory budget), 3 the target is unavailable here. The target runs in a
 kernel server (attnum.sandbox.server), as for ``attnum audit``, unless --no-isolate.
 """
 
@@ -47,6 +48,11 @@ def register(app: typer.Typer) -> None:
                                                                   "(a, b, c) and returning a @ b + c in float32 "
                                                                   "(run in this process), or mma:ARCH (attnum's "
                                                                   "model of ARCH, a self-check)"),
+        memory: str = typer.Option("auto", "--memory", help="memory budget of the fingerprint's own arrays: a size "
+                                                             "(4G, 512M) or auto (half of the memory available); a "
+                                                             "replay over it is skipped and listed"),
+        resolve: bool = typer.Option(False, "--resolve", help="tell undetermined sites, merges and structures apart "
+                                                              "with more calls of the target"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON document instead of the table"),
     ) -> None:
         """Fingerprint an attention kernel (the help text is HELP above)."""
@@ -63,6 +69,11 @@ def register(app: typer.Typer) -> None:
         for name, value in (("--heads", heads), ("--head-dim", head_dim), ("--num-splits", num_splits)):
             if value is not None and value < 1:  # --num-splits 0 is a mistake, not "the kernel's own choice"
                 raise bad_value(name, value, "a positive integer")
+        from attnum.audit.config import check_timeout
+        from attnum.audit.fingerprint.budget import parse_memory
+
+        timeout = check_timeout(timeout, param="--timeout")
+        budget = parse_memory(memory)
         from attnum.kernels.user import precheck_target
 
         precheck_target(target)
@@ -71,7 +82,7 @@ def register(app: typer.Typer) -> None:
 
             precheck(matmul, param="--matmul")
         from attnum.audit.fingerprint import fingerprint
-        from attnum.audit.fingerprint.probes import torch_dtype
+        from attnum.audit.fingerprint.probes import TargetFailed, torch_dtype
         from attnum.console.progress import Activity
         from attnum.kernels.registry import arch_flag
 
@@ -89,6 +100,7 @@ def register(app: typer.Typer) -> None:
             fn = _resolve(target, numerics, arch) if no_isolate else None
             server = None if no_isolate else _start(target, numerics, arch, timeout)
             tty = sys.stderr.isatty()
+            failed = None
             try:
                 with Activity(f"fingerprint {target}") as act:
                     def progress(msg: str) -> None:
@@ -97,18 +109,32 @@ def register(app: typer.Typer) -> None:
                             print(f"attnum fingerprint: {msg}", file=sys.stderr, flush=True)
 
                     kw = dict(dtype=dtype, lengths=lens, heads=heads, d=head_dim, seed=seed, progress=progress,
-                              matmul=matmul_fn, num_splits=num_splits)
-                    if no_isolate:
-                        doc = fingerprint(fn, **kw)
-                        doc["isolated"] = False
-                    else:
-                        doc = _isolated(server, kw)
-                        server = None  # _isolated closed it
-                    doc["numerics"] = _numerics_label(target, numerics, arch)
+                              matmul=matmul_fn, num_splits=num_splits, memory=budget, resolve=resolve)
+                    try:
+                        if no_isolate:
+                            doc = fingerprint(fn, **kw)
+                            doc["isolated"] = False
+                        else:
+                            doc = _isolated(server, kw)
+                            server = None  # _isolated closed it
+                        doc["numerics"] = _numerics_label(target, numerics, arch)
+                    except TargetFailed as exc:
+                        failed = exc
             finally:
                 if server is not None:
                     server.close()
+        if failed is not None:  # after the progress line: the target's failure is the last word
+            print(f"attnum fingerprint: the target crashed: {failed.what} ({failed.where})", file=sys.stderr)
+            raise typer.Exit(1)
+        if doc.get("resolve"):
+            plan = doc["resolve"].removeprefix("resolve=True (--resolve) runs ")
+            doc["resolve"] = (f"attnum fingerprint {target} --dtype {dtype} --lengths {','.join(map(str, lens))} "
+                              f"--heads {heads} --head-dim {head_dim} --seed {seed} --resolve  (runs {plan})")
         _print(doc, as_json)
+        mma = doc.get("mma")
+        if isinstance(mma, str) and "the matmul callable raised" in mma:
+            print(f"attnum fingerprint: --matmul {matmul}: {mma.removeprefix('not identified: ')}", file=sys.stderr)
+            raise typer.Exit(1)
 
 
 def _matmul(spec: str, dtype: str):
@@ -201,27 +227,22 @@ def _isolated(server, kw: dict) -> dict:
 
     try:
         doc = fingerprint(RemoteTarget(server), **kw)
-        doc["target_peak_rss_mib"] = _peak_mib(server)
     except TargetGone as gone:
         print(f"attnum fingerprint: the target {gone.status}: {gone.what}", file=sys.stderr)
         raise typer.Exit(1) from None
     finally:
         server.close()
     doc["isolated"] = True
+    doc["target_peak_rss_mib"] = _peak_mib()
     return doc
 
 
-def _peak_mib(server) -> float | None:
-    """The kernel server's high-water resident memory (VmHWM), read before it is closed; None off Linux."""
-    proc = getattr(server, "proc", None)
-    try:
-        with open(f"/proc/{proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, AttributeError, ValueError):
-        return None
-    return None
+def _peak_mib() -> float:
+    """The kernel server's high-water resident memory, once it is closed and reaped: the largest of this
+    process's reaped children (getrusage RUSAGE_CHILDREN; the server is not dumpable, its /proc is closed)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
 
 def _print(doc: dict, as_json: bool) -> None:

@@ -64,7 +64,9 @@ SITES = ("inputs", "scores", "exp", "probs", "row_sum", "rescale", "acc", "out",
 NORMALIZE = ("divide", "reciprocal")
 MAX_SHIFTS = ("none", "qiu-yao")
 EXP2 = ("native", "poly1", "poly2", "poly3", "poly4", "poly5")
-KNOBS = ("matmul_acc", "reduction_chunk", "normalize", "max_shift", "exp2", "rescale_threshold", "lowbit", "mma")
+ACC_UPDATES = ("each", "once")
+KNOBS = ("matmul_acc", "reduction_chunk", "normalize", "max_shift", "exp2", "rescale_threshold", "lowbit", "mma",
+         "mma_chain", "acc_update")
 _FP32 = PRESETS["fp32"]
 _FP64 = PRESETS["fp64"]
 
@@ -90,6 +92,8 @@ class Policy:
     rescale_threshold: float | None = None
     lowbit: object | None = None
     mma: str | None = None
+    mma_chain: bool = True
+    acc_update: str = "each"
     name: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +121,10 @@ class Policy:
                 raise AttnumInputError(f"rescale_threshold={t!r} is not allowed; expected a positive finite number "
                                        "of log2 units (FA4: 8.0), or none")
             object.__setattr__(self, "rescale_threshold", float(t))
+        if not isinstance(self.mma_chain, bool):
+            raise AttnumInputError(f"mma_chain={self.mma_chain!r} is not allowed; expected on or off")
+        if self.acc_update not in ACC_UPDATES:
+            raise AttnumInputError(f"acc_update={self.acc_update!r} is not allowed; expected one of {ACC_UPDATES}")
         if self.mma is not None:
             from attnum.numerics.mma.sites import check_arch, operand_dtypes
 
@@ -169,12 +177,21 @@ class Policy:
             d["lowbit"] = self.lowbit.describe()
         if self.mma is not None:
             d["mma"] = self.mma
+            if not self.mma_chain:
+                d["mma_chain"] = "off"
+        if self.acc_update != "each":
+            d["acc_update"] = self.acc_update
         d["carrier"] = str(self.carrier).replace("torch.", "")
         return d
 
 
 def _describe(base: str, overrides: dict) -> str:
-    extra = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in overrides.items() if k != "lowbit")
+    def text(k, v):
+        if k == "mma_chain":
+            return "on" if v else "off"
+        return getattr(v, "name", v)
+
+    extra = ",".join(f"{k}={text(k, v)}" for k, v in overrides.items() if k != "lowbit")
     return f"{base},{extra}" if extra else base
 
 
@@ -300,8 +317,12 @@ def parse_policy(spec: str | Policy, fmt: str | FloatFormat | None = None) -> Po
             from attnum.numerics.mma.sites import check_arch
 
             overrides[key] = check_arch(value, param="mma")
-        elif key in ("normalize", "max_shift", "exp2"):
+        elif key in ("normalize", "max_shift", "exp2", "acc_update"):
             overrides[key] = value
+        elif key == "mma_chain":
+            if value.strip().lower() not in ("on", "off", "true", "false"):
+                raise AttnumInputError(f"mma_chain={value!r} is not allowed; expected on or off")
+            overrides[key] = value.strip().lower() in ("on", "true")
         elif key == "rescale_threshold":
             overrides[key] = None if value in ("", "none") else _float(value, key)
         elif key in _LOWBIT_KEYS:

@@ -71,3 +71,35 @@ def test_decode_kernel_fingerprint_holds_to_its_source(target, package, module):
         assert doc["split_bounds"][str(S)] == want, (S, doc["split_bounds"], want)
     assert doc["merge"] == "online" and doc["policy"] == "tl-sum-decode:fp32,fp-fusion", doc
     assert doc["bit_exact_fraction"] == 1.0 and doc["unexplained"] is None, doc
+
+
+@pytest.mark.slow  # interpreted Triton at the default shape: 1.5 to 3 minutes
+@pytest.mark.timeout(1200)
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton extra")
+def test_the_triton_tutorial_with_a_hidden_block_n_is_recovered(tmp_path):
+    """The tutorial-style kernel (examples/triton_tutorial/fused_attention.py, one query row through
+    tutorial_decode.py) with a BLOCK_N drawn at random and set in a wrapper file the fingerprinter never
+    reads, under the faithful model on sm90 (fp16, the tutorial as written): Triton's flash arithmetic with
+    O as tl.dot's accumulator, the hidden tile, bit-exact on fresh inputs. At the default shape (lengths 512
+    and 1280 here: multiples of the kernel's blocks): with fewer and shorter rows FA2's exp of the scaled
+    scores can agree with the tutorial's exp2 on every fp16 output of every call (both are then listed, the
+    tile arithmetic undetermined)."""
+    import os
+    import random
+
+    from _paths import EXAMPLES
+    from _sweep_helpers import cli_env
+
+    block_n = random.Random(int(os.environ.get("ATTNUM_FINGERPRINT_SEED", "20261203"))).choice((16, 32, 64, 128))
+    (tmp_path / "hidden.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(EXAMPLES / 'triton_tutorial')!r})\n"
+        f"import fused_attention\nfused_attention.BLOCK_N = {block_n}\nfrom tutorial_decode import sdpa  # noqa: F401\n")
+    run = subprocess.run([sys.executable, "-m", "attnum", "fingerprint", f"triton-interpret:{tmp_path / 'hidden.py'}:sdpa",
+                          "--dtype", "fp16", "--lengths", "512,1280", "--json"],
+                         capture_output=True, text=True, timeout=1100, env=cli_env())
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(run.stdout)
+    assert doc["numerics"].startswith("triton-interp:nvidia-sm90"), doc
+    assert doc["kv_block"] == block_n and doc["policy"].startswith("tl-dot-flash:fp16,mma=sm90"), doc
+    assert "sm90" in doc["architectures"]["indistinguishable"], doc["architectures"]
+    assert doc["bit_exact_fraction"] == 1.0 and doc["unexplained"] is None, doc

@@ -36,9 +36,10 @@ def test_bad_mma_is_one_input_error_naming_it(spec, word):
     assert len(str(err.value).splitlines()) == 1
 
 
-def _reference_fa2(q, k, v, *, dt, arch, block_k):
+def _reference_fa2(q, k, v, *, dt, arch, block_k, chain=True):
     """FlashAttention-2's forward (fa2 policy: fp32 statistics, P in ``dt``, O the P V MMA's accumulator)
-    as a plain loop, every matmul one call of mma.matmul on the tile."""
+    as a plain loop, every matmul one call of mma.matmul on the tile. ``chain=False``: each tile's P V
+    from a zero accumulator, then added to O in fp32 (``mma_chain=off``)."""
     from attnum.numerics.mma import dense as mma
 
     d = q.shape[-1]
@@ -54,7 +55,10 @@ def _reference_fa2(q, k, v, *, dt, arch, block_k):
         p = torch.exp(s - m_new)
         alpha = torch.exp(m - m_new)
         l = alpha * l + p.sum(-1, keepdim=True)
-        acc = mma.matmul(p.to(dt), v8[:, :, j0:j0 + block_k], acc * alpha, arch=arch)
+        if chain:
+            acc = mma.matmul(p.to(dt), v8[:, :, j0:j0 + block_k], acc * alpha, arch=arch)
+        else:
+            acc = acc * alpha + mma.matmul(p.to(dt), v8[:, :, j0:j0 + block_k], arch=arch)
         m = m_new
     return acc * (1.0 / l)
 
@@ -78,6 +82,69 @@ def test_flash_with_mma_is_a_loop_of_mma_matmul_bit_for_bit(fmt, dt, arch, jit, 
     # and the exact-chunk model gives other bits somewhere in the unrounded accumulator's image
     plain = flash_attention(q, k, v, policy=f"fa2:{fmt}", block_q=32, block_k=16)
     assert plain.shape == got.shape
+
+
+@pytest.mark.parametrize("fmt,dt,arch", [("bf16", torch.bfloat16, "sm80"), ("fp16", torch.float16, "sm90")])
+@pytest.mark.parametrize("jit", ["1", "0"])
+def test_mma_chain_off_is_each_tile_from_zero_then_added_bit_for_bit(fmt, dt, arch, jit, monkeypatch):
+    """``mma_chain=off``: the tile's P V product from a zero accumulator, added to O in fp32: the plain
+    loop's bits, and on a swamping column not the chained ones: e at key 0, +M and -M in one later
+    tile (P = 1 everywhere) survives only when the tile's product is formed apart (an exact 0 added)."""
+    from attnum.attention.flash import flash_attention
+    from attnum.numerics.rounding import round_to
+
+    monkeypatch.setenv("ATTNUM_JIT", jit)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 32, 16, generator=g, dtype=torch.float64).to(dt).double() for _ in range(3))
+    got = flash_attention(q, k, v, policy=f"fa2:{fmt},mma={arch},mma_chain=off", block_q=32, block_k=16)
+    want = round_to(_reference_fa2(q, k, v, dt=dt, arch=arch, block_k=16, chain=False), fmt)
+    assert torch.equal(got.float(), want.float())
+    z = torch.zeros(1, 1, 1, 16, dtype=dt)
+    kz = torch.zeros(1, 1, 64, 16, dtype=dt)
+    vs = torch.zeros(1, 1, 64, 16, dtype=torch.float64)
+    vs[0, 0, 0, 0], vs[0, 0, 32, 0], vs[0, 0, 33, 0] = 2.0 ** -11, 2.0 ** 15, -2.0 ** 15  # e, +M, -M
+    vs = vs.to(dt)
+    apart = flash_attention(z, kz, vs, policy=f"fa2:{fmt},mma={arch},mma_chain=off", block_k=16)
+    chained = flash_attention(z, kz, vs, policy=f"fa2:{fmt},mma={arch}", block_k=16)
+    assert float(apart[0, 0, 0, 0]) == float(round_to(torch.tensor(2.0 ** -11 / 64), fmt))  # e / S, exactly
+    assert float(chained[0, 0, 0, 0]) == 0.0  # e met M in the MMA's truncating adder
+
+
+@pytest.mark.parametrize("jit", ["1", "0"])
+def test_acc_update_once_rounds_the_fp32_update_once(jit, monkeypatch):
+    """``acc_update=once`` with ``acc=bf16``: O kept in bf16, each update O alpha + P V formed in fp32 and
+    rounded to bf16 once (a plain loop); the three-rounding ``acc=bf16`` gives other bits; fa1 refuses it."""
+    from attnum.attention.flash import flash_attention
+    from attnum.numerics.rounding import round_to
+
+    monkeypatch.setenv("ATTNUM_JIT", jit)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=g, dtype=torch.float64).to(torch.bfloat16).double() for _ in range(3))
+    v = v + 3.0  # an accumulator far from 0: its bf16 rounding shows
+    S, bk = 96, 32
+    k = torch.randn(1, 2, S, 16, generator=g, dtype=torch.float64).to(torch.bfloat16).double()
+    v = (torch.randn(1, 2, S, 16, generator=g, dtype=torch.float64) + 3.0).to(torch.bfloat16).double()
+    got = flash_attention(q, k, v, policy="fa2:bf16,acc=bf16,acc_update=once", block_k=bk)
+    f32 = torch.float32
+    qf, kf, vf = q.to(f32), k.to(f32), v.to(f32)
+    m = torch.full((1, 2, 8, 1), -math.inf)
+    l = torch.zeros(1, 2, 8, 1)
+    acc = torch.zeros(1, 2, 8, 16)
+    for j0 in range(0, S, bk):
+        s = (qf @ kf[:, :, j0:j0 + bk].transpose(-1, -2)) * 0.25
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        l = alpha * l + p.sum(-1, keepdim=True)
+        pv = round_to(p, "bf16").to(f32) @ vf[:, :, j0:j0 + bk]
+        acc = round_to(acc * alpha + pv, "bf16").to(f32)  # fp32 ops, then one rounding to bf16
+        m = m_new
+    want = round_to(acc * round_to(1.0 / l, "fp32").to(f32), "bf16")
+    assert torch.equal(got.float(), want.float())
+    three = flash_attention(q, k, v, policy="fa2:bf16,acc=bf16", block_k=bk)
+    assert not torch.equal(three, got)
+    with pytest.raises(AttnumInputError, match="acc_update"):
+        flash_attention(q, k, v, policy="fa2:bf16,acc_update=once", variant="fa1")
 
 
 def _reference_fa2_backward(q, k, v, do, lse, o, *, dt, arch, block_k):

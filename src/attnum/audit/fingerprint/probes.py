@@ -6,29 +6,41 @@ Swamping probes (FPRev, Xie et al., USENIX ATC'25, arXiv 2411.00442, carried int
 K = 0 make every score exactly 0, so P = exp(0) = 1 at every key in every format and the row sum is
 the key count; each output column is then (sum of its V column) / S summed in the kernel's order. A
 column holds +M at key ``plus``, -M at key ``minus``, ``e`` at key ``epos`` and 0 elsewhere, with
-M + e == M in every accumulator format a kernel of the input dtype uses (e = M 2**-25 < ulp(M) / 2 in
-fp32) and e / S still visible in the output format. +M and -M cancel exactly where they meet, so e
+M + e == M in every accumulator format a kernel of the input dtype uses (e = M 2**-26 < ulp(M) / 2 in
+fp32, and below the F = 23 .. 25 fraction bits a 16-bit MMA keeps under its largest term) and e / S
+still visible in the output format (fp16: S < 2**14). +M and -M cancel exactly where they meet, so e
 survives exactly when it is added after that node: which tiles and splits hold which keys, and in
 which order a kernel walks them, is read off which e survive. Every probe column sits beside a control
 column without e (same cancellations, same merge noise): e survived when the two differ in any bit.
+
+Every call of the target goes through :class:`attnum.audit.fingerprint.target.CountedTarget` (re-exported
+here). Recorded calls are :class:`Call` records; a probe call rebuilds its V from its columns when asked,
+so long lengths keep no V in memory.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from attnum.audit.fingerprint.target import OUTPUT_DTYPES, CountedTarget, TargetFailed, TargetRefused
 from attnum.errors import bad_value
+
+__all__ = ["OUTPUT_DTYPES", "Call", "CountedTarget", "SwampColumns", "TargetFailed", "TargetRefused"]
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # M and e for every input dtype: M = 2**15 is finite in fp16 (an fp16 input or accumulator: a kernel of
-# bf16 or fp32 inputs may still accumulate in fp16), e = M 2**-25 is swamped by M in fp32 and every
-# narrower accumulator, and e / S stays a normal or subnormal value of the output format.
-SWAMP = {"fp16": (2.0 ** 15, 2.0 ** -10), "bf16": (2.0 ** 15, 2.0 ** -10), "fp32": (2.0 ** 15, 2.0 ** -10)}
+# bf16 or fp32 inputs may still accumulate in fp16); e = M 2**-26 is swamped by M in fp32 and every
+# narrower accumulator, and dropped by a 16-bit MMA's truncating adder in a group with M (it keeps F = 23
+# to 25 fraction bits below the largest term: sm70 .. sm120, cdna3); e / S stays a normal or subnormal
+# value of the output format (fp16's smallest subnormal is 2**-24: S < 2**14, :data:`MAX_LENGTH`).
+E_BELOW_M = 26
+SWAMP = {f: (2.0 ** 15, 2.0 ** (15 - E_BELOW_M)) for f in DTYPES}
+MAX_LENGTH = {"fp16": 2 ** 14 - 1, "bf16": 2 ** 24, "fp32": 2 ** 24}
+F_PROBES = (22, 23, 24, 25, 26)  # e = M 2**-f beside +M and -M in one MMA group: survives when F >= f
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -37,61 +49,29 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
-@dataclass
-class CountedTarget:
-    """The target as the fingerprint calls it, on (1, H, 1, d) queries, every call counted and timed.
+@dataclass(eq=False)
+class Call:
+    """One recorded call of the target: q (1, H, 1, d), k (1, H, S, d), the target's ``out`` and, for a
+    probe call, its columns. V is kept (``_v``) or, for a probe call, rebuilt from the columns on each
+    access (:func:`probe_v`)."""
 
-    ``entry``: ``"sdpa"`` calls fn(q, k, v, is_causal=False); ``"decode"`` calls a serving target's decode
-    entry point (attnum.kernels.serving): fn.decode(q, k_cache, v_cache, cache_seqlens=[S]) with the
-    cache (1, H, S, d) and the kernel's own split choice (``num_splits`` left out). ``"auto"`` (the
-    default) is sdpa, or decode when the first SDPA call says the target has no SDPA entry point
-    (NotImplementedError) and it has a decode one. ``num_splits``: passed to decode (the split count a
-    serving framework would ask for); None leaves it out. The target gets copies of the inputs (the probes
-    reuse theirs, and the replays read them)."""
+    q: torch.Tensor
+    k: torch.Tensor
+    out: torch.Tensor
+    cols: SwampColumns | None = None
+    _v: torch.Tensor | None = None
+    dtype: str = "bf16"
+    what: str = ""
 
-    fn: object
-    entry: str = "auto"
-    num_splits: int | None = None
-    calls: int = 0
-    seconds: float = 0.0
-    shapes: list = field(default_factory=list)
+    @property
+    def S(self) -> int:
+        return self.k.shape[-2]
 
-    def _call(self, q, k, v):
-        q, k, v = q.clone(), k.clone(), v.clone()  # a target may write into its inputs: never into ours
-        if self.entry == "decode":
-            lens = torch.full((q.shape[0],), k.shape[-2], dtype=torch.int32)
-            splits = {} if self.num_splits is None else {"num_splits": self.num_splits}
-            return self.fn.decode(q, k, v, cache_seqlens=lens, **splits)
-        try:
-            out = self.fn(q, k, v, is_causal=False)
-        except NotImplementedError as exc:
-            if self.entry == "auto" and not self.calls and not callable(getattr(self.fn, "decode", None)):
-                name = getattr(self.fn, "__name__", type(self.fn).__name__)
-                # a serving target without SDPA (a merge): attnum.kernels.serving.ServingTarget says so
-                if getattr(self.fn, "_sdpa", ...) is None or "no SDPA entry point" in str(exc):
-                    raise bad_value("target", name, "an attention kernel with an SDPA or a decode entry point "
-                                    f"(this one has neither: {exc})") from None
-                raise bad_value("target", name, "a kernel that runs the fingerprint's inputs (its first call "
-                                f"raised NotImplementedError: {exc})") from None
-            if self.entry != "auto" or self.calls or not callable(getattr(self.fn, "decode", None)):
-                raise
-            self.entry = "decode"
-            return self._call(q, k, v)
-        if self.entry == "auto":
-            self.entry = "sdpa"
-        return out
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        out = self._call(q, k, v)
-        if isinstance(out, tuple):  # a decode entry point asked for no LSE may still return (o, lse)
-            out = out[0]
-        self.seconds += time.perf_counter() - t0
-        self.calls += 1
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape[:-1]) + (v.shape[-1],):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise bad_value("target output", got, f"a tensor of shape {tuple(q.shape[:-1]) + (v.shape[-1],)}")
-        return out.detach().to("cpu")
+    @property
+    def v(self) -> torch.Tensor:
+        if self._v is not None:
+            return self._v
+        return probe_v(self.S, heads=self.k.shape[1], d=self.k.shape[-1], dtype=self.dtype, cols=self.cols)
 
 
 def bits(x: torch.Tensor) -> np.ndarray:
@@ -104,11 +84,34 @@ def bits(x: torch.Tensor) -> np.ndarray:
 @dataclass(frozen=True)
 class SwampColumns:
     """Probe columns: key positions (n,) of +M, -M and e (-1: no e); probe i is column 2 i (with e)
-    and its control column 2 i + 1 (without)."""
+    and its control column 2 i + 1 (without). ``e_below``: per probe, e = M 2**-e_below (None: all
+    :data:`E_BELOW_M`); only those probes follow the structure model (:meth:`modelled`)."""
 
     plus: np.ndarray
     minus: np.ndarray
     epos: np.ndarray
+    e_below: np.ndarray | None = None
+
+    def __getitem__(self, sl) -> SwampColumns:
+        return SwampColumns(self.plus[sl], self.minus[sl], self.epos[sl],
+                            None if self.e_below is None else self.e_below[sl])
+
+    def __len__(self) -> int:
+        return len(self.plus)
+
+    def modelled(self) -> np.ndarray:
+        """(n,) bool: the probes whose e is M 2**-E_BELOW_M (the structure model's)."""
+        return np.ones(len(self.plus), bool) if self.e_below is None else self.e_below == E_BELOW_M
+
+    @staticmethod
+    def join(*parts: SwampColumns) -> SwampColumns:
+        below = [np.full(len(p), E_BELOW_M) if p.e_below is None else p.e_below for p in parts]
+        return SwampColumns(*(np.concatenate([getattr(p, a) for p in parts]) for a in ("plus", "minus", "epos")),
+                            np.concatenate(below).astype(np.int64))
+
+
+ACCUMULATE_STEP = 64  # the accumulate family's +M positions: every 64th key
+FRACTION_BASES = 4  # the fraction-bit probes' starting keys: 0, 64, 128, 192
 
 
 def swamp_columns(S: int) -> SwampColumns:
@@ -116,10 +119,27 @@ def swamp_columns(S: int) -> SwampColumns:
     -M at j, e at j-1). A kernel that walks its tiles forward shows its tile ends in the first, one
     that walks them backward its tile starts in the second; both show its split ends."""
     j = np.arange(1, S - 1)
-    plus = np.concatenate([np.zeros_like(j), np.full_like(j, S - 1)])
-    minus = np.concatenate([j, j])
-    epos = np.concatenate([j + 1, j - 1])
-    return SwampColumns(plus, minus, epos)
+    return SwampColumns(np.concatenate([np.zeros_like(j), np.full_like(j, S - 1)]), np.concatenate([j, j]),
+                        np.concatenate([j + 1, j - 1]))
+
+
+def accumulate_columns(S: int) -> SwampColumns:
+    """+M at t, -M at t+1 for t = 64, 128, ..., e at 0. It separates a tile's product formed from zero,
+    then added (the product of t and t+1 is an exact 0: e survives) from an accumulator carried into the
+    MMA (FA2/FA3, ``tl.dot(p, v, acc)``: e enters the adder beside M and is dropped)."""
+    t = np.arange(ACCUMULATE_STEP, S - 1, ACCUMULATE_STEP)
+    return SwampColumns(t, t + 1, np.zeros_like(t))
+
+
+def fraction_columns(S: int) -> SwampColumns:
+    """The fraction-bit probes: +M at b, -M at b + 1 and e = M 2**-f at b + 2 for f in :data:`F_PROBES`,
+    b = 0, 64, 128, 192. In one MMA group the three are aligned to M and e keeps its bits only when
+    f <= F, the adder's fraction bits (sm70: 23, sm75 .. sm89 and cdna3: 24, sm90 .. sm120: 25); a
+    sequential fp32 sum cancels M first and keeps every e. Outside the structure model but for
+    f = :data:`E_BELOW_M` (e is not always swamped by M)."""
+    base = np.arange(0, S - 2, ACCUMULATE_STEP)[:FRACTION_BASES]
+    b, f = np.repeat(base, len(F_PROBES)), np.tile(np.asarray(F_PROBES), len(base))
+    return SwampColumns(b, b + 1, b + 2, f)
 
 
 def boundary_columns(S: int, block_k: int, order: str) -> tuple[np.ndarray, SwampColumns]:
@@ -136,13 +156,32 @@ def boundary_columns(S: int, block_k: int, order: str) -> tuple[np.ndarray, Swam
     return starts, SwampColumns(starts - 1, starts - 1 - block_k, starts)
 
 
-def run_swamp(target: CountedTarget, S: int, *, heads: int, d: int, dtype: str, cols: SwampColumns
-              ) -> tuple[np.ndarray, list[tuple]]:
-    """Survival of e in each probe ((n,) bool) and the calls' (q, k, v, out, their columns) for replay.
-
-    Columns are packed H * d per call (2 per probe); a call of fewer probes pads with zero columns."""
-    dt = torch_dtype(dtype)
+def probe_v(S: int, *, heads: int, d: int, dtype: str, cols: SwampColumns) -> torch.Tensor:
+    """V (1, H, S, d) in ``dtype`` holding ``cols``' probes packed two columns each (module doc); zero
+    columns after the last probe."""
     M, e = SWAMP[dtype]
+    n = len(cols.plus)
+    if 2 * n > heads * d:
+        raise ValueError(f"{n} probes do not fit {heads} x {d} columns")
+    flat = torch.zeros(heads * d, S, dtype=torch.float64)  # (C, S): column c is head c // d, dim c % d
+    idx = np.arange(n)
+    for col in (2 * idx, 2 * idx + 1):
+        flat[col, cols.plus] = M
+        flat[col, cols.minus] = -M
+    has_e = cols.epos >= 0
+    ev = np.full(n, e) if cols.e_below is None else M * np.exp2(-cols.e_below.astype(np.float64))
+    flat[2 * idx[has_e], cols.epos[has_e]] = torch.from_numpy(ev[has_e])
+    return flat.reshape(heads, d, S).permute(0, 2, 1).unsqueeze(0).to(DTYPES[dtype]).contiguous()
+
+
+def run_swamp(target: CountedTarget, S: int, *, heads: int, d: int, dtype: str, cols: SwampColumns,
+              keep_v=None, what: str = "swamping") -> tuple[np.ndarray, list[Call]]:
+    """Survival of e in each probe ((n,) bool) and the recorded calls (:class:`Call`).
+
+    Columns are packed H * d per call (2 per probe); a call of fewer probes pads with zero columns.
+    ``keep_v(nbytes)``: whether to keep a call's V (None: always; else it is rebuilt from the columns
+    when a replay reads it)."""
+    dt = torch_dtype(dtype)
     n = len(cols.plus)
     per_call = heads * d // 2
     survived = np.zeros(n, dtype=bool)
@@ -151,25 +190,41 @@ def run_swamp(target: CountedTarget, S: int, *, heads: int, d: int, dtype: str, 
     k = torch.zeros(1, heads, S, d, dtype=dt)
     for c0 in range(0, n, per_call):
         c1 = min(n, c0 + per_call)
-        v = torch.zeros(1, heads, S, d, dtype=torch.float64)
-        flat = v[0].permute(0, 2, 1).reshape(heads * d, S)  # (C, S): column c is head c // d, dim c % d
-        idx = np.arange(c1 - c0)
-        for col in (2 * idx, 2 * idx + 1):
-            flat[col, cols.plus[c0:c1]] = M
-            flat[col, cols.minus[c0:c1]] = -M
-        has_e = cols.epos[c0:c1] >= 0
-        flat[2 * idx[has_e], cols.epos[c0:c1][has_e]] = e
-        v = flat.reshape(heads, d, S).permute(0, 2, 1).unsqueeze(0).to(dt).contiguous()
+        part = cols[c0:c1]
+        v = probe_v(S, heads=heads, d=d, dtype=dtype, cols=part)
         out = target(q, k, v)
         survived[c0:c1] = survival(out, c1 - c0)
-        calls.append((q, k, v, out, SwampColumns(cols.plus[c0:c1], cols.minus[c0:c1], cols.epos[c0:c1])))
+        keep = keep_v is None or keep_v(v.numel() * v.element_size())
+        calls.append(Call(q, k, out, part, v if keep else None, dtype, what))
     return survived, calls
+
+
+def modelled_survival(rec: Call) -> tuple[SwampColumns, np.ndarray]:
+    """(the structure model's columns of a probe call, their survivals)."""
+    keep = rec.cols.modelled()
+    return rec.cols[keep], survival(rec.out, len(rec.cols))[keep]
 
 
 def survival(out: torch.Tensor, n: int) -> np.ndarray:
     """(n,) whether probe i's column (2 i) differs in any bit from its control (2 i + 1)."""
-    b = bits(out[0, :, 0, :].reshape(-1))  # (C,) in column order
+    b = bits(out[0, :, 0, :].reshape(-1).contiguous())  # (C,) in column order
     return b[0:2 * n:2] != b[1:2 * n:2]
+
+
+FIT_MAGNITUDES = (("seed", 1.0, 1.0), ("q x 4", 4.0, 1.0), ("v x 2^8", 1.0, 2.0 ** 8), ("q x 1/8", 0.125, 1.0))
+
+
+def magnitude_inputs(S: int, *, heads: int, d: int, dtype: str, seed: int, variants=FIT_MAGNITUDES
+                     ) -> tuple[list[str], tuple[torch.Tensor, ...]]:
+    """(per-head labels, (q, k, v)): :func:`random_inputs` with head h's queries and values scaled by
+    ``variants[h % len(variants)]`` ((label, q scale, v scale)): magnitudes in one call, for the search to
+    tell apart arithmetics that agree on mild inputs (exp and exp2 with a folded scale, for one)."""
+    q, k, v = random_inputs(S, heads=heads, d=d, dtype=dtype, seed=seed)
+    which = [h % len(variants) for h in range(heads)]
+    sq = torch.tensor([variants[w][1] for w in which], dtype=torch.float64).view(1, -1, 1, 1)
+    sv = torch.tensor([variants[w][2] for w in which], dtype=torch.float64).view(1, -1, 1, 1)
+    labels = [f"{variants[w][0]} {seed} at S={S}" if w == 0 else f"{variants[w][0]} at S={S}" for w in which]
+    return labels, ((q.double() * sq).to(q.dtype), k, (v.double() * sv).to(v.dtype))
 
 
 def random_inputs(S: int, *, heads: int, d: int, dtype: str, seed: int) -> tuple[torch.Tensor, ...]:

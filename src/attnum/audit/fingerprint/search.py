@@ -1,26 +1,25 @@
-"""The search over candidate arithmetics: structure x merge x policy, each replayed through attnum's
+"""The search over candidate arithmetics: structure x merge x arithmetic, each replayed through attnum's
 emulation and kept only when it reproduces the target's outputs bit for bit.
 
 A candidate is a :class:`Candidate`: the key ranges of the splits at each probed length, the KV tile
-Bc, the order the tiles are walked in, the merge method of the split partials and a policy
-(:mod:`attnum.numerics.policy`). It is replayed by :func:`attnum.attention.serving.decode.decode_attention`
-with a :class:`attnum.attention.serving.split_rules.SplitPlan` holding exactly those ranges (one range: the
-plain flash forward, no merge).
+Bc, the order the tiles are walked in, the merge method of the split partials and an arithmetic of
+:mod:`attnum.audit.fingerprint.families`: a policy (:mod:`attnum.numerics.policy`: tile matmuls, or an
+architecture's MMA with ``mma=``), replayed by :func:`attnum.attention.serving.decode.decode_attention` with a
+:class:`attnum.attention.serving.split_rules.SplitPlan` holding exactly those ranges (one range: the plain
+flash forward, no merge); un-tiled attention (:class:`families.Untiled`, no tile, no split); the Triton
+decode family (:class:`attnum.kernels.triton.sum_decode.SumDecode`, walked forward, its splits merged
+online); Triton's flash forward (:class:`attnum.kernels.triton.dot_flash.DotFlash`, forward, no split).
+Every candidate reproducing the fitting inputs is kept: a site on which they disagree is reported as
+undetermined, never guessed.
 
-Policies tried (:func:`policy_candidates`): the named policies in the input format (``fa2``,
-``uniform``, ``torch-eager``, uniform ``fp32``), FA2's with FA4's polynomial exp2, and each of them with
-one site (scores, exp, probs, row_sum, rescale, acc, out) moved to another of bf16, fp16, fp32, or the
-normalisation switched between division and reciprocal. Every policy reproducing the fitting inputs is
-kept: a site on which they disagree is reported as undetermined, never guessed.
-
-Beside attnum's policies, whose tiles are matmuls, the search tries the element-wise Triton decode
-arithmetic (:class:`attnum.kernels.triton.sum_decode.SumDecode`, with and without FP fusion): the
-``tl.sum`` of products of LightLLM's, SGLang's and vLLM's decode kernels under attnum's Triton model,
-walked forward, its splits merged online.
+Replays go through one :class:`Replays` per fingerprint: memoised, and sized before they run against the
+fingerprint's memory budget (:mod:`attnum.audit.fingerprint.budget`); a replay over it is skipped (the
+candidate does not reproduce), with a line in the document.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,15 +27,21 @@ import torch
 
 from attnum.attention.serving.decode import decode_attention
 from attnum.attention.serving.split_rules import SplitPlan
+from attnum.audit.fingerprint import budget as mem
+from attnum.audit.fingerprint.families import OBSERVED_SITES, EagerOps, Untiled, arch_of, policy_spec
 from attnum.audit.fingerprint.probes import bits, survival
+from attnum.kernels.triton.dot_flash import DotFlash, dot_flash
 from attnum.kernels.triton.sum_decode import SumDecode, sum_decode
-from attnum.numerics.formats import format_of_dtype, get_format
+from attnum.numerics.formats import format_of_dtype
 from attnum.numerics.metrics import ulp
-from attnum.numerics.policy import Policy, parse_policy
+from attnum.numerics.policy import Policy
 from attnum.numerics.threads import one_thread
 
-OBSERVED_SITES = ("scores", "exp", "probs", "row_sum", "rescale", "acc", "out")
-LOWERED = ("bf16", "fp16", "fp32")
+__all__ = ["Candidate", "Replays", "Shape", "Skipped", "agrees", "policy_spec"]
+
+Shape = namedtuple("Shape", "bounds block_k order group chain")
+"""A structure to replay: {S: split ranges}, the tile Bc, its walk order, the MMA group size L (0: none)
+and whether the accumulator runs through the MMA chain."""
 
 
 @dataclass(frozen=True)
@@ -45,88 +50,104 @@ class Candidate:
     partials merged by ``merge`` (None: no split at any length), under ``policy``."""
 
     bounds: dict
-    block_k: int
+    block_k: int | None
     order: str
     merge: str | None
-    policy: Policy | SumDecode
+    policy: Policy | SumDecode | DotFlash | Untiled | EagerOps
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The candidate on (1, H, 1, d) queries against S keys, in q's dtype."""
+        """The candidate on (1, H, 1, d) queries against S keys, in the emulation's own dtype."""
         S = k.shape[-2]
-        if isinstance(self.policy, SumDecode):
-            return sum_decode(q, k, v, bounds=self.bounds[S], block_k=self.block_k, fused=self.policy.fused)
+        p = self.policy
+        if isinstance(p, Untiled):
+            from attnum.attention.baseline import baseline_attention
+
+            return baseline_attention(q, k, v, policy=p.policy)
+        if isinstance(p, EagerOps):
+            return p.run(q, k, v)
+        if isinstance(p, SumDecode):
+            return sum_decode(q, k, v, bounds=self.bounds[S], block_k=self.block_k, fused=p.fused)
+        if isinstance(p, DotFlash):
+            return dot_flash(q, k, v, block_n=self.block_k, arch=p.arch, fused=p.fused)
         plan = SplitPlan((self.bounds[S],), self.block_k, self.merge or "lse", kv_order=self.order)
-        out = decode_attention(q, k, v, is_causal=False, policy=self.policy, split_rule=plan)
-        return out.to(q.dtype)
+        return decode_attention(q, k, v, is_causal=False, policy=p, split_rule=plan)
+
+    def with_bounds(self, S: int, ranges: tuple) -> Candidate:
+        return Candidate({**self.bounds, S: ranges}, self.block_k, self.order, self.merge, self.policy)
+
+    def splits(self) -> int:
+        return sum(len(b) for b in self.bounds.values())
+
+
+class Skipped(Exception):  # noqa: N818 - a replay the budget does not allow: the candidate is not run
+    pass
 
 
 class Replays:
-    """Candidate replays on recorded calls, memoised for one fingerprint. A replay on S keys depends on
-    the split ranges at S only (not at the other lengths), on the merge only when S has more than one
-    split, and on the tile, order and policy: structures that differ elsewhere share it. The recorded
-    tensors are kept here, so the ids in the keys stay theirs."""
+    """Candidate replays on recorded calls (:class:`attnum.audit.fingerprint.probes.Call`), memoised for one
+    fingerprint, each cast to the target's output dtype. A replay on S keys depends on the split ranges at
+    S only (not at the other lengths), on the merge only when S has more than one split, and on the tile,
+    order and arithmetic: structures that differ elsewhere share it. The calls are kept here, so the ids
+    in the keys stay theirs. ``budget``: replays over it raise :class:`Skipped` (and are noted there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: mem.Budget | None = None) -> None:
         self._out: dict[tuple, torch.Tensor] = {}
-        self._keep: list[tuple] = []
+        self._keep: dict[int, object] = {}
+        self.budget = budget
 
-    def run(self, cand: Candidate, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        b = cand.bounds[k.shape[-2]]
-        key = (id(q), id(k), id(v), b, cand.block_k, cand.order, cand.merge if len(b) > 1 else None, cand.policy)
+    def run(self, cand: Candidate, call) -> torch.Tensor:
+        b = None if isinstance(cand.policy, (Untiled, EagerOps)) else cand.bounds[call.S]
+        merge = cand.merge if b is not None and len(b) > 1 else None
+        key = (id(call), b, cand.block_k, cand.order, merge, cand.policy)
         out = self._out.get(key)
         if out is None:
-            out = self._out[key] = cand.run(q, k, v)
-            self._keep.append((q, k, v))
+            if self.budget is not None:
+                H, d = call.k.shape[1], call.k.shape[-1]
+                need = mem.replay_bytes(cand.policy, b or ((0, call.S),), cand.block_k, S=call.S, heads=H, d=d)
+                if not self.budget.allows(need):
+                    self.budget.skip(_label(cand, call.S), need)
+                    raise Skipped
+            try:
+                out = cand.run(call.q, call.k, call.v).to(call.out.dtype)
+            except MemoryError:
+                if self.budget is not None:
+                    self.budget.skip(_label(cand, call.S), why="MemoryError in its replay (not enough memory here)")
+                raise Skipped from None
+            self._out[key] = out
+            self._keep[id(call)] = call
         return out
 
 
-def _run(cand: Candidate, q, k, v, replays: Replays | None) -> torch.Tensor:
-    return cand.run(q, k, v) if replays is None else replays.run(cand, q, k, v)
+def _label(cand: Candidate, S: int) -> str:
+    b = cand.bounds.get(S) if isinstance(cand.bounds, dict) else None
+    return (f"{policy_spec(cand.policy)} with Bc={cand.block_k}, {cand.order}, "
+            f"{len(b) if b else 1} split(s) at S={S}")
 
 
-def policy_candidates(dtype: str) -> list[Policy]:
-    """The policies tried, deduplicated by their arithmetic (names differ for the same arithmetic)."""
-    f = get_format(dtype).name
-    bases = [f"fa2:{f}", f"uniform:{f}", f"torch-eager:{f}", "fp32", f"fa2:{f},exp2=poly3"]
-    out: dict[tuple, Policy] = {}
-
-    def add(p: Policy) -> None:
-        key = tuple(sorted((k, str(v)) for k, v in p.describe().items()))
-        out.setdefault(key, p)
-
-    named = []
-    for spec in bases:
-        base = parse_policy(spec)
-        if base.inputs.name != f and spec == "fp32":
-            base = base.with_overrides(inputs=f)  # the inputs site is the target's own dtype
-        add(base)
-        named.append(base)
-    for base in named:  # the named policies first: fit() tries them alone before the variants
-        for site in OBSERVED_SITES:
-            for fmt in LOWERED:
-                if getattr(base, site).name != get_format(fmt).name:
-                    add(base.with_overrides(**{site: fmt}))
-        add(base.with_overrides(normalize="divide" if base.normalize == "reciprocal" else "reciprocal"))
-    return list(out.values())
-
-
-def family_candidates(dtype: str) -> list[SumDecode]:
-    """The element-wise Triton decode arithmetic in ``dtype``, with and without FP fusion."""
-    f = get_format(dtype).name
-    return [SumDecode(f, fused=True), SumDecode(f, fused=False)]
+def _run(cand: Candidate, call, replays: Replays | None) -> torch.Tensor:
+    if replays is not None:
+        return replays.run(cand, call)
+    return cand.run(call.q, call.k, call.v).to(call.out.dtype)
 
 
 def pairs_with(policy, order: str, merge: str | None) -> bool:
     """Whether ``policy`` can run with this walk order and merge: the Triton decode family walks forward
-    and merges its splits online, its own way."""
-    return not isinstance(policy, SumDecode) or (order == "forward" and merge in (None, "online"))
+    and merges its splits online, its own way; Triton's flash forward walks forward and has no split."""
+    if isinstance(policy, SumDecode):
+        return order == "forward" and merge in (None, "online")
+    if isinstance(policy, DotFlash):
+        return order == "forward" and merge is None
+    return True
 
 
 def agrees(cand: Candidate, calls, replays: Replays | None = None) -> bool:
-    """Whether ``cand`` reproduces every recorded call ((q, k, v, out)) bit for bit."""
-    for q, k, v, out, *_ in calls:
-        if not np.array_equal(bits(_run(cand, q, k, v, replays)), bits(out)):
-            return False
+    """Whether ``cand`` reproduces every recorded call bit for bit (False when its replay is skipped)."""
+    try:
+        for call in calls:
+            if not np.array_equal(bits(_run(cand, call, replays)), bits(call.out)):
+                return False
+    except Skipped:
+        return False
     return True
 
 
@@ -134,9 +155,13 @@ def exact_fraction(cand: Candidate, calls, replays: Replays | None = None) -> tu
     """(fraction of output elements bit-identical, largest residual in ulps of the output format)."""
     same = total = 0
     worst = 0.0
-    for q, k, v, out, *_ in calls:
-        with one_thread():  # the emulation's bits do not depend on the thread count
-            mine = _run(cand, q, k, v, replays)
+    for call in calls:
+        out = call.out
+        try:
+            with one_thread():  # the emulation's bits do not depend on the thread count
+                mine = _run(cand, call, replays)
+        except Skipped:
+            return 0.0, float("inf")
         eq = bits(mine) == bits(out)
         same += int(eq.sum())
         total += eq.size
@@ -153,11 +178,14 @@ def same_survival(cand: Candidate, records, replays: Replays | None = None) -> b
     in every format) and not on the merge (which only sees probes across splits)."""
     from attnum.audit.fingerprint.structure import cross_split
 
-    for q, k, v, out, cols in records:
-        n = len(cols.plus)
-        mask = ~cross_split(cols, cand.bounds[k.shape[-2]])
-        if not np.array_equal(survival(_run(cand, q, k, v, replays), n)[mask], survival(out, n)[mask]):
-            return False
+    try:
+        for rec in records:
+            n = len(rec.cols)
+            mask = ~cross_split(rec.cols, cand.bounds[rec.S]) & rec.cols.modelled()
+            if not np.array_equal(survival(_run(cand, rec, replays), n)[mask], survival(rec.out, n)[mask]):
+                return False
+    except Skipped:
+        return False
     return True
 
 
@@ -165,106 +193,122 @@ def survival_match(cand: Candidate, records, replays: Replays | None = None, flo
     """The fraction of all swamping probes (across splits too) in which ``cand`` lets e survive exactly
     when the target did: a structural score that hardly depends on the policy. Once the score cannot
     reach ``floor`` any more the replays stop, and a value below ``floor`` is returned."""
-    total = sum(len(r[4].plus) for r in records)
+    total = sum(int(r.cols.modelled().sum()) for r in records)
     missed = 0
-    for q, k, v, out, cols in records:
-        n = len(cols.plus)
-        missed += int((survival(_run(cand, q, k, v, replays), n) != survival(out, n)).sum())
+    for rec in records:
+        n, keep = len(rec.cols), rec.cols.modelled()
+        try:
+            missed += int((survival(_run(cand, rec, replays), n) != survival(rec.out, n))[keep].sum())
+        except Skipped:
+            return 0.0
         if missed > (1.0 - floor) * total:
             break
     return (total - missed) / total if total else 0.0
 
 
-def structural(structures, base: Policy, records, replays: Replays | None = None) -> list:
+def structural(shapes: list[Shape], bases, records, replays: Replays | None = None) -> list[Shape]:
     """The structures that predict every known survival (:func:`structure.explains`) and whose replay
-    under the ``base`` policy shows the target's survivals within each split."""
+    under one of the ``bases`` shows the target's survivals within each split.
+
+    Inside a tile the survivals are the tile's own summation order, which belongs to the arithmetic, not
+    to the structure: attnum's tile matmul sums in whatever order the CPU's BLAS kernel does (MKL's
+    AVX-512 sgemm blocks a 128-key tile's keys where its AVX2 path walks them one after another), the
+    Triton decode family key after key, an MMA in groups. So a structure passes when any base arithmetic
+    (one per family of the search) reproduces the survivals; a single base would make the answer depend on
+    the CPU."""
     from attnum.audit.fingerprint.structure import explains
 
     keep = []
     with one_thread():  # the emulation's bits do not depend on the thread count
-        for bounds, block_k, order in structures:
-            if explains(records, bounds, block_k, order) and \
-                    same_survival(Candidate(bounds, block_k, order, "lse", base), records, replays):
-                keep.append((bounds, block_k, order))
+        for sh in shapes:
+            if not explains(records, sh.bounds, sh.block_k, sh.order, sh.group, sh.chain):
+                continue
+            split = any(len(b) > 1 for b in sh.bounds.values())
+            for b in bases:
+                merge = ("online" if isinstance(b, SumDecode) else "lse") if split else None
+                if pairs_with(b, sh.order, merge) and \
+                        same_survival(Candidate(sh.bounds, sh.block_k, sh.order, merge, b), records, replays):
+                    keep.append(sh)
+                    break
     return keep
 
 
-def found_for(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays) -> list[Candidate]:
-    """The (merge, policy) candidates of one structure that reproduce the fitting and the probe calls."""
-    split = any(len(b) > 1 for b in bounds.values())
+def found_for(sh: Shape, merges, policies, fit_calls, probe_calls, replays) -> list[Candidate]:
+    """The (merge, arithmetic) candidates of one structure that reproduce the fitting and the probe calls."""
+    split = any(len(b) > 1 for b in sh.bounds.values())
     found: list[Candidate] = []
     for m in (merges if split else (None,)):
         pols = policies if not found else list({id(c.policy): c.policy for c in found}.values())
-        found += [c for p in pols if pairs_with(p, order, m)
-                  and agrees(c := Candidate(bounds, block_k, order, m, p), fit_calls, replays)
+        found += [c for p in pols if pairs_with(p, sh.order, m)
+                  and agrees(c := Candidate(sh.bounds, sh.block_k, sh.order, m, p), fit_calls, replays)
                   and agrees(c, probe_calls, replays)]
     return found
 
 
-def fit(structures, merges, policies, fit_calls, probe_calls, replays: Replays | None = None) -> list[Candidate]:
-    """Every (structure, merge, policy) reproducing the fitting calls, then the probe calls; the first
+def fit(shapes: list[Shape], merges, policies, fit_calls, probe_calls, replays: Replays | None = None
+        ) -> list[Candidate]:
+    """Every (structure, merge, arithmetic) reproducing the fitting calls, then the probe calls; the first
     structure with any wins. Merges are tried in turn; once one fits, the others are tried with the
-    policies that fitted (policies and merge methods act on different steps). The later structures are
-    then replayed under the policies that fitted: those that reproduce too are returned after the
-    winner's candidates (the structure is undetermined: a split of a single tile, for one, can show
-    only in its merge's last bits, which a 16-bit output may round away)."""
+    arithmetics that fitted (they and the merge act on different steps). The later structures are then
+    replayed under the arithmetics that fitted: those that reproduce too are returned after the winner's
+    candidates (the structure is undetermined: a split of a single tile, for one, can show only in its
+    merge's last bits, which a 16-bit output may round away)."""
     with one_thread():  # the emulation's bits do not depend on the thread count
-        for i, (bounds, block_k, order) in enumerate(structures):
-            found = found_for(bounds, block_k, order, merges, policies, fit_calls, probe_calls, replays)
+        for i, sh in enumerate(shapes):
+            found = found_for(sh, merges, policies, fit_calls, probe_calls, replays)
             if found:
                 pols = list({id(c.policy): c.policy for c in found}.values())
-                for other in structures[i + 1:]:
-                    found += found_for(*other, merges, pols, fit_calls, probe_calls, replays)
+                for other in shapes[i + 1:]:
+                    found += found_for(other, merges, pols, fit_calls, probe_calls, replays)
                 return found
     return []
 
 
-def closeness(bounds: dict, block_k: int, order: str, policies, calls, replays: Replays | None = None) -> float:
-    """The best fraction of bit-identical output elements over ``policies`` (merge ``lse``) on ``calls``:
-    how near a structure comes before its policy is fitted."""
+def closeness(sh: Shape, policies, calls, replays: Replays | None = None) -> float:
+    """The best fraction of bit-identical output elements over ``policies`` (merge ``lse``, or online for
+    the Triton decode family) on ``calls``: how near a structure comes before its policy is fitted."""
     best = 0.0
+    split = any(len(b) > 1 for b in sh.bounds.values())
     for p in policies:
-        best = max(best, exact_fraction(Candidate(bounds, block_k, order, "lse", p), calls, replays)[0])
+        merge = ("online" if isinstance(p, SumDecode) else "lse") if split else None
+        if pairs_with(p, sh.order, merge):
+            best = max(best, exact_fraction(Candidate(sh.bounds, sh.block_k, sh.order, merge, p), calls, replays)[0])
     return best
 
 
 def _site(p, site: str) -> str:
-    return p.sites()[site] if isinstance(p, SumDecode) else getattr(p, site).name
+    if isinstance(p, (SumDecode, DotFlash, EagerOps)):
+        return p.sites()[site]
+    return getattr(p.policy if isinstance(p, Untiled) else p, site).name
 
 
 def _knob(p, knob: str) -> str:
+    if knob == "tile":
+        if isinstance(p, (SumDecode, DotFlash, EagerOps)):
+            return p.spec()
+        return "untiled" if isinstance(p, Untiled) else "matmul"
+    if knob == "mma":
+        return str(arch_of(p))
     if isinstance(p, SumDecode):
-        return {"normalize": "divide", "exp2": "native", "tile": p.spec()}[knob]
-    return "matmul" if knob == "tile" else str(getattr(p, knob))
+        return {"normalize": "divide", "exp2": "native", "acc_update": "each"}[knob]
+    if isinstance(p, DotFlash):
+        return {"normalize": "divide", "exp2": "exp2 (scale folded into log2 e)", "acc_update": "each"}[knob]
+    if isinstance(p, EagerOps):
+        return {"normalize": "torch.softmax", "exp2": "native", "acc_update": "each"}[knob]
+    return str(getattr(p.policy if isinstance(p, Untiled) else p, knob))
 
 
 def site_table(cands: list[Candidate]) -> dict[str, dict]:
     """site -> {format, determined, alternatives} over the exact candidates (their first as the answer);
-    also the knobs normalize, exp2 and tile (attnum's tile matmuls, or the Triton decode family's)."""
+    also the knobs normalize, exp2, acc_update, mma (the architecture whose MMA runs the matmuls, None for
+    the CPU's) and tile (attnum's tile matmuls, un-tiled, or a Triton family)."""
     first = cands[0].policy
     table = {}
     for site in OBSERVED_SITES:
         names = sorted({_site(c.policy, site) for c in cands})
         table[site] = {"format": _site(first, site), "rounding": "nearest-even",
                        "determined": len(names) == 1, "alternatives": names}
-    for knob in ("normalize", "exp2", "tile"):
+    for knob in ("normalize", "exp2", "acc_update", "mma", "tile"):
         vals = sorted({_knob(c.policy, knob) for c in cands})
         table[knob] = {"format": _knob(first, knob), "determined": len(vals) == 1, "alternatives": vals}
     return table
-
-
-def policy_spec(p: Policy | SumDecode) -> str:
-    """A policy string that parses back to ``p``'s arithmetic (the Triton decode family: its name)."""
-    if isinstance(p, SumDecode):
-        return p.spec()
-    base = p.name.split(",")[0]
-    ref = parse_policy(base) if base else None
-    over = []
-    for site in OBSERVED_SITES + ("inputs",):
-        if ref is None or getattr(ref, site) != getattr(p, site):
-            over.append(f"{site}={getattr(p, site).name}")
-    for knob in ("normalize", "exp2"):
-        if ref is None or getattr(ref, knob) != getattr(p, knob):
-            over.append(f"{knob}={getattr(p, knob)}")
-    return ",".join([base or "fp32", *over])
-
