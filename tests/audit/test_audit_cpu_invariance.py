@@ -47,8 +47,12 @@ def _child() -> None:
 
 
 def _clean_env() -> dict[str, str]:
-    """This environment without CPU-capability overrides (the suite itself may run under one)."""
-    return {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    """This environment without CPU-capability overrides (the suite itself may run under one), with tests/ on
+    the path: this file runs itself as a script, and its helpers (_paths) live there."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
+                                                    env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _native_capability() -> str:

@@ -69,7 +69,9 @@ def softcap_row(spec: str, *, isolate: bool = False):
 @pytest.mark.parametrize("spec", ["{path}:Capped", "{path}:capped_fn", "triton-interpret:{path}:Capped",
                                   "triton-interpret:{path}:capped_fn"])
 def test_a_declared_softcap_is_asked_and_passes(user_file, spec):
-    row = softcap_row(spec.format(path=user_file))
+    # a triton-interpret: target runs in a kernel server: TRITON_INTERPRET=1 must precede triton's import, and
+    # another test of this worker may have imported triton already
+    row = softcap_row(spec.format(path=user_file), isolate=spec.startswith("triton-interpret:"))
     assert row.status == "pass", row.note
     assert len(row.cases) > 4  # every (cap, multiple) the format holds, not the one "unsupported" case
 

@@ -57,7 +57,10 @@ def _serving_probes() -> list[str]:
     names = []
     for p in _probes():
         source = inspect.getsource(sys.modules[p.run.__module__])
-        if re.search(r"^from attnum\.audit\.serving import", source, re.M):
+        # a score-feature probe (built on features.feature_case) that also asks a decode entry point
+        # (softcap-overflow) is a feature probe
+        if re.search(r"^from attnum\.audit\.serving import", source, re.M) \
+                and not re.search(r"^from attnum\.audit\.features import .*\bfeature_case\b", source, re.M):
             names.append(p.name)
     return names
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 
+import _paths
 import pytest
 
 from attnum.cli import main
 from attnum.errors import AttnumInputError
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.usefixtures("one_thread")]
 
 PRINTS = '''import os, sys
 import torch.nn.functional as F
@@ -72,9 +73,10 @@ def test_spec_audit_json_under_no_isolate_is_attnums_alone_too(tmp_path, capfd):
 
 @pytest.mark.parametrize("command", [["audit", "sglang-decode", "--probes", "odd-lengths"],
                                      ["fingerprint", "sglang-decode"],
-                                     ["audit", "triton-interpret:k.py:attention", "--probes", "odd-lengths"]])
-def test_arch_with_raw_numerics_is_refused_before_work(capfd, command):
-    line = _one_line_error(capfd, [*command, "--numerics", "raw", "--arch", "sm80"])
+                                     ["audit", "triton-interpret:{d}/k.py:attention", "--probes", "odd-lengths"]])
+def test_arch_with_raw_numerics_is_refused_before_work(capfd, command, tmp_path):
+    (tmp_path / "k.py").write_text("def attention(q, k, v, **kw):\n    return q\n")  # exists: the --arch is the mistake
+    line = _one_line_error(capfd, [*(a.format(d=tmp_path) for a in command), "--numerics", "raw", "--arch", "sm80"])
     assert "--arch=sm80" in line and "--numerics raw" in line
 
 
@@ -232,7 +234,7 @@ def test_report_reads_a_row_that_leaves_a_field_out_as_its_default(tmp_path, cap
 
 # ---- attacks on this turn's surfaces (issue 42's closing list): the ones that failed -------------------
 
-def _python(code: str, *args: str, limit_bytes: int | None = None, timeout: float = 240):
+def _python(code: str, *args: str, limit_bytes: int | None = None, timeout: float = _paths.HANG_S):
     """``python -c code`` with this checkout's attnum, its address space capped at ``limit_bytes``."""
     import subprocess
     import sys
@@ -260,7 +262,7 @@ def test_an_old_module_path_runs_as_a_script_with_python_dash_m():
     from _sweep_helpers import cli_env
 
     p = subprocess.run([sys.executable, "-m", "attnum.kernels.triton_selftest", "sm90"], capture_output=True,
-                       text=True, timeout=300, env=cli_env())  # once: AttributeError: '_Finder' ... 'get_code'
+                       text=True, timeout=_paths.HANG_S, env=cli_env())  # once: AttributeError: '_Finder' ... 'get_code'
     assert p.returncode == 0 and "Traceback" not in p.stderr and "tl.dot" in p.stdout, p.stderr[-400:]
 
 

@@ -117,34 +117,35 @@ def register(app: typer.Typer) -> None:
                           causal_alignment=causal_alignment, seed=seed, timeout=timeout, isolate=not no_isolate,
                           numerics=numerics, arch=arch, emulation=emulation)
         from attnum.audit.runner import plan, run_audit
+        from attnum.console.streams import user_output_to_stderr
 
-        if cfg.isolate:
-            from attnum.audit.isolate import start
+        # stdout is the table's or the JSON's alone, --no-isolate too: what the target prints, from its import
+        # on, goes to stderr
+        with user_output_to_stderr():
+            if cfg.isolate:
+                from attnum.audit.isolate import start
 
-            started = start(cfg)  # the target resolved (a user's code imported, its signature checked)
-        else:
-            from attnum.kernels.registry import resolve
+                started = start(cfg)  # the target resolved (a user's code imported, its signature checked)
+            else:
+                from attnum.kernels.registry import resolve
 
-            started = resolve(cfg.target, cfg.device, param="target", numerics=cfg.numerics, arch=cfg.arch)
-        total = len(plan(cfg))
-        from attnum.console.progress import Activity
+                started = resolve(cfg.target, cfg.device, param="target", numerics=cfg.numerics, arch=cfg.arch)
+            total = len(plan(cfg))
+            from attnum.console.progress import Activity
 
-        # Progress on stderr (stdout keeps the table or the JSON document alone): on a terminal one line
-        # per probe; in a log a line every ATTNUM_PROGRESS_INTERVAL seconds saying how many probes are
-        # done and which ran last (a few lines a minute however many probes).
-        tty = sys.stderr.isatty()
-        with Activity(f"audit {target}", total=total) as act:
-            act.update(done=0)
+            # Progress on stderr: on a terminal one line per probe; in a log a line every
+            # ATTNUM_PROGRESS_INTERVAL seconds saying how many probes are done and which ran last (a few lines a
+            # minute however many probes).
+            tty = sys.stderr.isatty()
+            with Activity(f"audit {target}", total=total) as act:
+                act.update(done=0)
 
-            def progress(r) -> None:
-                act.update(done=(act.done or 0) + 1, label=f"last: {r.name} {r.dtype} {r.status}")
-                if tty:
-                    print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)",
-                          file=sys.stderr, flush=True)
+                def progress(r) -> None:
+                    act.update(done=(act.done or 0) + 1, label=f"last: {r.name} {r.dtype} {r.status}")
+                    if tty:
+                        print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} "
+                              f"({r.seconds:.1f}s)", file=sys.stderr, flush=True)
 
-            from attnum.console.streams import user_output_to_stderr
-
-            with user_output_to_stderr():  # stdout is the table's or the JSON's alone, --no-isolate too
                 report = run_audit(cfg, progress=progress, isolate=cfg.isolate, started=started)
         from attnum.audit.report import print_table, to_html, to_json
 

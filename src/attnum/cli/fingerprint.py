@@ -69,11 +69,6 @@ def register(app: typer.Typer) -> None:
         for name, value in (("--heads", heads), ("--head-dim", head_dim), ("--num-splits", num_splits)):
             if value is not None and value < 1:  # --num-splits 0 is a mistake, not "the kernel's own choice"
                 raise bad_value(name, value, "a positive integer")
-        from attnum.audit.config import check_timeout
-        from attnum.audit.fingerprint.budget import parse_memory
-
-        timeout = check_timeout(timeout, param="--timeout")
-        budget = parse_memory(memory)
         from attnum.kernels.user import precheck_target
 
         precheck_target(target)
@@ -81,6 +76,11 @@ def register(app: typer.Typer) -> None:
             from attnum.kernels.user import precheck
 
             precheck(matmul, param="--matmul")
+        from attnum.audit.config import check_timeout
+        from attnum.audit.fingerprint.budget import parse_memory
+
+        timeout = check_timeout(timeout, param="--timeout")
+        budget = parse_memory(memory)
         from attnum.audit.fingerprint import fingerprint
         from attnum.audit.fingerprint.probes import TargetFailed, torch_dtype
         from attnum.console.progress import Activity

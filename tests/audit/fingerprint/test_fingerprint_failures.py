@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 
+import _paths
 import pytest
 import torch
 
@@ -23,7 +24,7 @@ LENGTHS, HEADS, D = (64, 160), 4, 16
 SMALL = ["--lengths", "64,160", "--heads", "4", "--head-dim", "16"]
 
 
-def _cli(args, tmp_path, timeout=600):
+def _cli(args, tmp_path, timeout=_paths.HANG_S):
     from _sweep_helpers import cli_env
 
     return subprocess.run([sys.executable, "-m", "attnum", *args], capture_output=True, text=True, timeout=timeout,
@@ -123,8 +124,23 @@ def test_a_target_that_raises_on_the_fitting_inputs_is_the_targets_failure(exc, 
     assert lines[-1].startswith("attnum fingerprint: the target crashed: " + exc) and "S=" in lines[-1], lines
 
 
-def test_a_matmul_callable_that_raises_keeps_the_document(tmp_path):
+def test_a_matmul_callable_that_raises_is_refused_before_work(tmp_path):
+    """Raising on the one tile the CLI tries before any work: one line, exit 2, no document."""
     (tmp_path / "mm.py").write_text("def mm(a, b, c):\n    raise RuntimeError('no tensor core here')\n")
+    run = _cli(["fingerprint", "flash:fa2:bf16", *SMALL, "--matmul", f"{tmp_path / 'mm.py'}:mm", "--json",
+                "--no-isolate"], tmp_path)
+    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and "raised RuntimeError: no tensor core here" in err[0], err
+
+
+def test_a_matmul_callable_that_raises_later_keeps_the_document(tmp_path):
+    """Raising only after the tile the CLI tries (on the identification's crafted tiles): the document is
+    printed, the failure named, exit 1."""
+    (tmp_path / "mm.py").write_text(
+        "import torch\nCALLS = []\n\ndef mm(a, b, c):\n    CALLS.append(1)\n    if len(CALLS) > 1:\n"
+        "        raise RuntimeError('no tensor core here')\n"
+        "    return a.float() @ b.float() + c.float()\n")
     run = _cli(["fingerprint", "flash:fa2:bf16", *SMALL, "--matmul", f"{tmp_path / 'mm.py'}:mm", "--json",
                 "--no-isolate"], tmp_path)
     assert run.returncode == 1, run.stderr[-2000:]
@@ -149,7 +165,7 @@ def test_vllm_mla_decode_is_one_line(tmp_path):
 CAP = 4 * 2 ** 30
 
 
-def _capped(args, tmp_path, timeout=900):
+def _capped(args, tmp_path, timeout=_paths.HANG_S):
     """``attnum ARGS`` in a child whose address space is capped at 4 GiB (resource.setrlimit): what it keeps
     resident cannot exceed it, and an allocation past it is a MemoryError there."""
     from _sweep_helpers import cli_env
@@ -170,7 +186,6 @@ def test_thirty_thousand_keys_under_a_4_gib_cap_is_one_line_not_an_internal_erro
 
 
 @pytest.mark.slow  # a default-shape fingerprint of a tensor-core target: about a minute
-@pytest.mark.timeout(1200)
 def test_a_default_shape_tensor_core_fingerprint_fits_4_gib(tmp_path):
     """Issue 41: the search once replayed degenerate structures (512-key tiles of 1-key splits) into 18 GB;
     under a 4 GiB cap it ended in an internal MemoryError. Now it is taken within the cap, and says its peak."""

@@ -74,7 +74,6 @@ def test_decode_kernel_fingerprint_holds_to_its_source(target, package, module):
 
 
 @pytest.mark.slow  # interpreted Triton at the default shape: 1.5 to 3 minutes
-@pytest.mark.timeout(1200)
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton extra")
 def test_the_triton_tutorial_with_a_hidden_block_n_is_recovered(tmp_path):
     """The tutorial-style kernel (examples/triton_tutorial/fused_attention.py, one query row through
@@ -96,7 +95,7 @@ def test_the_triton_tutorial_with_a_hidden_block_n_is_recovered(tmp_path):
         f"import fused_attention\nfused_attention.BLOCK_N = {block_n}\nfrom tutorial_decode import sdpa  # noqa: F401\n")
     run = subprocess.run([sys.executable, "-m", "attnum", "fingerprint", f"triton-interpret:{tmp_path / 'hidden.py'}:sdpa",
                           "--dtype", "fp16", "--lengths", "512,1280", "--json"],
-                         capture_output=True, text=True, timeout=1100, env=cli_env())
+                         capture_output=True, text=True, timeout=_paths.HANG_S, env=cli_env())
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(run.stdout)
     assert doc["numerics"].startswith("triton-interp:nvidia-sm90"), doc

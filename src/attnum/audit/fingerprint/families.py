@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnum.errors import AttnumInputError
 from attnum.kernels.triton.dot_flash import DotFlash
 from attnum.kernels.triton.sum_decode import SumDecode
 from attnum.numerics.formats import get_format
@@ -81,7 +82,9 @@ def _key(p: Policy) -> tuple:
 
 def _with_variants(bases: list[Policy], sites=OBSERVED_SITES, *, allowed=None) -> list[Policy]:
     """``bases`` (first, in order), then each with one site moved to another of :data:`LOWERED` and with
-    its normalisation switched; deduplicated by arithmetic; ``allowed(policy)`` filters the variants."""
+    its normalisation switched; deduplicated by arithmetic; ``allowed(policy)`` filters the variants. A
+    variant the policy layer refuses is no candidate: it is no arithmetic a kernel can have (under ``mma=``,
+    P and V in two 16-bit formats neither of which holds the other: one MMA instruction reads one type)."""
     out: dict[tuple, Policy] = {}
     for base in bases:
         out.setdefault(_key(base), base)
@@ -89,7 +92,10 @@ def _with_variants(bases: list[Policy], sites=OBSERVED_SITES, *, allowed=None) -
         for site in sites:
             for fmt in LOWERED:
                 if getattr(base, site).name != get_format(fmt).name:
-                    p = base.with_overrides(**{site: fmt})
+                    try:
+                        p = base.with_overrides(**{site: fmt})
+                    except AttnumInputError:
+                        continue
                     if allowed is None or allowed(p):
                         out.setdefault(_key(p), p)
         p = base.with_overrides(normalize="divide" if base.normalize == "reciprocal" else "reciprocal")
