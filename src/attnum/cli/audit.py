@@ -118,6 +118,8 @@ def register(app: typer.Typer) -> None:
                           numerics=numerics, arch=arch, emulation=emulation)
         from attnum.audit.runner import plan, run_audit
 
+        from attnum.console.streams import user_output_to_stderr
+
         if cfg.isolate:
             from attnum.audit.isolate import start
 
@@ -125,7 +127,8 @@ def register(app: typer.Typer) -> None:
         else:
             from attnum.kernels.registry import resolve
 
-            started = resolve(cfg.target, cfg.device, param="target", numerics=cfg.numerics, arch=cfg.arch)
+            with user_output_to_stderr():  # what a user's module prints as it is imported is not the document's
+                started = resolve(cfg.target, cfg.device, param="target", numerics=cfg.numerics, arch=cfg.arch)
         total = len(plan(cfg))
         from attnum.console.progress import Activity
 
@@ -141,8 +144,6 @@ def register(app: typer.Typer) -> None:
                 if tty:
                     print(f"attnum audit: [{act.done}/{total}] {r.name} {r.dtype}: {r.status} ({r.seconds:.1f}s)",
                           file=sys.stderr, flush=True)
-
-            from attnum.console.streams import user_output_to_stderr
 
             with user_output_to_stderr():  # stdout is the table's or the JSON's alone, --no-isolate too
                 report = run_audit(cfg, progress=progress, isolate=cfg.isolate, started=started)
