@@ -11,7 +11,8 @@ clone: ``. .venv/bin/activate && python scripts/replay_attacks.py`` (about 14 mi
 ``python scripts/replay_attacks.py kserver`` the 17 on the kernel server, about 5 minutes;
 ``python scripts/replay_attacks.py round4`` issue 32's cases; ``python scripts/replay_attacks.py round7``
 issue 42's cases of the tensor-core model, the CLI's stdout, built-in targets, ``sum_decode`` and the
-report, the fingerprint's, and the attacks on the surfaces of that turn).
+report, the fingerprint's, and the attacks on the surfaces of that turn; ``... surfaces`` those last alone:
+the bug corpus, versioned targets, the address checks and the fingerprint's families).
 
 The pytest suite covers the same ground case by case (tests/robust/test_robust_*.py, and for issue 42
 tests/robust/test_robust_round5_forged.py and tests/numerics/mma/test_mma_mixed_operands.py); this is
@@ -1694,20 +1695,144 @@ for _exc in ("RuntimeError", "ValueError", "AssertionError", "MemoryError"):
         return ok, f"exit {p.returncode}: {last[:140]}"
 
 
-@attack("round7", "fingerprint --matmul a callable that raises: reported, the document kept, exit 1")
+@attack("round7", "fingerprint --matmul a callable that raises: on its trial tile one line, exit 2; later: the "
+                  "document kept, exit 1")
 def _(tmp):
-    (tmp / "mm.py").write_text("def mm(a, b, c):\n    raise RuntimeError('boom')\n")
+    (tmp / "mm.py").write_text("import itertools\n_n = itertools.count()\n"
+                               "def always(a, b, c):\n    raise RuntimeError('boom')\n"
+                               "def mm(a, b, c):\n    if next(_n):\n        raise RuntimeError('boom')\n"
+                               "    return a.float() @ b.float() + c\n")
+    ok_early, seen_early = one_line_error(cli("fingerprint", "flash:fa2:bf16", *FP_SMALL, "--matmul",
+                                              f"{tmp / 'mm.py'}:always", "--json", "--no-isolate", cwd=tmp), 2,
+                                          "--matmul", "RuntimeError: boom")
     p = cli("fingerprint", "flash:fa2:bf16", *FP_SMALL, "--matmul", f"{tmp / 'mm.py'}:mm", "--json", "--no-isolate",
             cwd=tmp)
     doc = strict_json(p.stdout) if p.stdout.strip().startswith("{") else {}
     ok = p.returncode == 1 and "RuntimeError: boom" in str(doc.get("mma")) and "internal error" not in p.stderr
-    return ok, f"exit {p.returncode}: mma {str(doc.get('mma'))[:90]}"
+    return ok and ok_early, f"always: {seen_early[:70]}; later: exit {p.returncode}: mma {str(doc.get('mma'))[:60]}"
 
 
 @attack("round7", "fingerprint vllm-mla-decode (NotImplementedError from its adapter): one line, exit 2")
 def _(tmp):
     return one_line_error(cli("fingerprint", "vllm-mla-decode", *FP_SMALL, cwd=tmp), 2, "NotImplementedError",
                           after_progress=True)
+
+
+# -- round 7: attacks on the surfaces of issue 42's turn (the bug corpus and versioned fetches, the address
+# checks, the fingerprint's new families) ---------------------------------------------------------------
+
+@attack("round7", "surfaces: audit vllm-unified@ (no version): one line, exit 2, never the default unnamed")
+def _(tmp):
+    return one_line_error(cli("audit", "vllm-unified@", "--probes", "odd-lengths", "--dtype", "fp16", cwd=tmp), 2,
+                          "target='vllm-unified@'", "0.30.0")
+
+
+TWO_VERSIONS = """
+import torch, warnings
+warnings.simplefilter("ignore")
+from attnum.kernels.registry import resolve
+from attnum.kernels.wheels import source as w
+for v in ("1.0.3", "1.0.6"):
+    w.fetch("sageattention", v, quiet=True)
+old = resolve("sage1-triton@1.0.3", "cpu", numerics="raw")
+new = resolve("sage1-triton@1.0.6", "cpu", numerics="raw")
+q = torch.randn(1, 1, 8, 64, dtype=torch.float16)
+try:
+    old.fn(q, q, q)
+except NotImplementedError:
+    pass
+try:
+    new.fn(q, q, q)
+    second = "ran"
+except Exception as e:
+    second = type(e).__name__
+print(w._LOADED["sageattention"], second)
+"""
+
+
+@attack("round7", "surfaces: sage1-triton@1.0.3 and @1.0.6 resolved in one process: the first runs 1.0.3, the "
+                  "second is refused")
+def _(tmp):
+    p = _py(tmp, TWO_VERSIONS)
+    got = p.stdout.strip().splitlines()[-1:] or [p.stderr.strip()[-120:]]
+    return got == ["1.0.3 AttnumEnvironmentError"], f"exit {p.returncode}: loaded, second call: {got[0][:120]}"
+
+
+OFFSET_48 = """import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+@triton.jit
+def _touch(q_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(q_ptr + offs - (1 << 46), mask=m, other=0.0)  # 2**48 bytes before q: a fault on a GPU
+    tl.store(o_ptr + offs, tl.load(o_ptr + offs, mask=m) + 0.0 * x, mask=m)
+
+def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, **kw):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale).contiguous()
+    _touch[(1,)](q.contiguous(), out, min(16, out.numel()), BLOCK=16)
+    return out
+"""
+
+
+@attack("round7", "surfaces: a Triton kernel reading 2**48 bytes before its input (into the tag bits): out of "
+                  "bounds, not PASSED")
+def _(tmp):
+    (tmp / "wrap.py").write_text(OFFSET_48)
+    p = cli("audit", f"triton-interpret:{tmp / 'wrap.py'}:attention", "--probes", "odd-lengths", "--dtype", "fp32",
+            "--numerics", "raw", cwd=tmp)
+    last = (p.stdout.strip().splitlines() or [""])[-1]
+    return p.returncode == 1 and "out of bounds" in last, f"exit {p.returncode}: {last[-80:]}"
+
+
+@attack("round7", "surfaces: fingerprint of flash:fa2:bf16,mma=sm80 (a tensor-core policy): explained, exit 0")
+def _(tmp):
+    p = cli("fingerprint", "flash:fa2:bf16,mma=sm80", *FP_SMALL, "--json", cwd=tmp)
+    doc = strict_json(p.stdout) if p.returncode == 0 else {}
+    ok = "mma=sm80" in str(doc.get("policy")) and doc.get("bit_exact_fraction") == 1.0
+    return ok, f"exit {p.returncode}: {doc.get('policy') or (p.stderr.strip().splitlines() or [''])[-1][:100]}"
+
+
+@attack("round7", "surfaces: fingerprint --memory 9999T (more than the machine): one line, exit 2, before work")
+def _(tmp):
+    return one_line_error(cli("fingerprint", "flash:fa2:bf16", "--heads", "1000000", "--memory", "9999T",
+                              "--no-isolate", cwd=tmp), 2, "--memory='9999T'", "at most")
+
+
+HAND_EDITED_BUGS = """
+import sys
+from attnum.audit.bugs.point import BugPoint
+from attnum.store.db import Store
+p = BugPoint(case="ring-flash-attn-update-out-and-lse-nan", role="broken", target="ring-flash-attn-merge@0.1.8",
+             probes=("merge-empty-chain",))
+with Store(sys.argv[1], command="by hand") as store:
+    store.bind_spec(name="bugs", spec_hash="by-hand", canonical={"name": "bugs"}, source="by hand")
+    store.plan([(p.key, p.kind, ("bugs",), p.config())])
+    run = store.begin_run(command="by hand", n_todo=1, executor="local", jobs=1)
+    store.write({"key": p.key, "status": "done", "metrics": {"verdict": ["caught"]}, "error": None,
+                 "started_at": 0.0, "wall_s": 1.0, "env": {"attnum": "by hand"}, "worker": "me"}, run)
+    store.end_run(run, "complete")
+"""
+
+
+@attack("round7", "surfaces: report on a bugs store whose row's verdict is a list (written by hand): skipped, exit 0")
+def _(tmp):
+    made = subprocess.run([sys.executable, "-c", HAND_EDITED_BUGS, str(tmp / "o")], capture_output=True, text=True,
+                          env=env(), timeout=120)
+    p = cli("report", tmp / "o", cwd=tmp)
+    ok = made.returncode == 0 and p.returncode == 0 and "row skipped" in p.stderr and "internal error" not in p.stderr
+    return ok, f"exit {p.returncode}: {(p.stderr.strip().splitlines() or [''])[-1][:110]}"
+
+
+@attack("round7", "surfaces: bugs run --out a sweep's store: refused before any download (the cache stays empty)")
+def _(tmp):
+    out = _store_folder(tmp)
+    p = cli("bugs", "run", "sageattention-qlen-ne-kvlen", "--out", out, cwd=tmp,
+            env={**env(), "ATTNUM_CACHE": str(tmp / "cache")})
+    ok, seen = one_line_error(p, 2, "different spec")
+    return ok and not (tmp / "cache").exists(), seen
 
 
 def main() -> int:

@@ -73,10 +73,11 @@ def test_spec_audit_json_under_no_isolate_is_attnums_alone_too(tmp_path, capfd):
 
 @pytest.mark.parametrize("command", [["audit", "sglang-decode", "--probes", "odd-lengths"],
                                      ["fingerprint", "sglang-decode"],
-                                     ["audit", "triton-interpret:{d}/k.py:attention", "--probes", "odd-lengths"]])
-def test_arch_with_raw_numerics_is_refused_before_work(capfd, command, tmp_path):
-    (tmp_path / "k.py").write_text("def attention(q, k, v, **kw):\n    return q\n")  # exists: the --arch is the mistake
-    line = _one_line_error(capfd, [*(a.format(d=tmp_path) for a in command), "--numerics", "raw", "--arch", "sm80"])
+                                     ["audit", "triton-interpret:k.py:attention", "--probes", "odd-lengths"]])
+def test_arch_with_raw_numerics_is_refused_before_work(capfd, command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # k.py exists (the file is checked first, before torch loads): the --arch line
+    (tmp_path / "k.py").write_text("def attention(q, k, v, **kw):\n    raise NotImplementedError\n")
+    line = _one_line_error(capfd, [*command, "--numerics", "raw", "--arch", "sm80"])
     assert "--arch=sm80" in line and "--numerics raw" in line
 
 

@@ -19,6 +19,7 @@ known names (the CLI exits 2).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -165,6 +166,10 @@ def split_version(spec: str) -> tuple[str, str | None]:
                                f"{kern.package or 'torch'}, whose version attnum does not choose; name it without @")
     from attnum.kernels.wheels import source as wheels
 
+    if not version.strip():  # "vllm-unified@" is not the default under a name that says nothing (fetch refuses it too)
+        raise AttnumInputError(f"target={spec.strip()!r} is not allowed; expected {name}@VERSION with a version of "
+                               f"{kern.source} ({', '.join(wheels.packages()[kern.source].versions)}), or {name} "
+                               "alone for the pinned default")
     return name, wheels.version_of(kern.source, version)
 
 
@@ -218,9 +223,9 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
             if runs_here:  # this process runs that version (refused if it imported another)
                 wheels.choose(kern.source, version)
         ok, why = kernel_status(base, device, version)
-        fn = kern.fn
+        fn = _pinned(kern.fn, kern.source, version) if kern.source is not None else kern.fn
         if ok and kern.triton and interpreted_triton(base, device):
-            fn = triton_interp.serving_under(kern.fn, numerics, arch)
+            fn = triton_interp.serving_under(fn, numerics, arch)
         declared = {f: getattr(kern, f) for f in kern.declares}
         if kern.emulation:
             declared["emulation"] = kern.emulation
@@ -247,6 +252,32 @@ def resolve(spec: str | SdpaFn, device: str | None = "cpu", *, block_q: int | No
         raise _unknown(param, spec)
     ok, why = _status(spec, _ANY_DEVICE, None, device)
     return Target(name=spec, fn=fn if ok else None, available=ok, reason=why, declared=conventions.declared(fn))
+
+
+def _pinned(target, package: str, version: str):
+    """A copy of the serving target ``target`` whose every entry point runs ``version``'s files: each call first
+    makes that version this process's (:func:`attnum.kernels.wheels.source.choose`, refused in one line when the
+    process already imported another), so a target resolved as ``NAME@VERSION`` never runs the files of a
+    version resolved after it (the adapters load the process's chosen version at their first call)."""
+    import copy
+
+    from attnum.kernels.wheels import source as wheels
+
+    def pin(fn):
+        @functools.wraps(fn)
+        def call(*args, **kw):
+            wheels.choose(package, version)
+            return fn(*args, **kw)
+
+        return call
+
+    t = copy.copy(target)
+    if getattr(t, "_sdpa", None) is not None:
+        t._sdpa = pin(t._sdpa)
+    for e in serving.ENTRIES[1:]:
+        if callable(getattr(t, e, None)):
+            setattr(t, e, pin(getattr(t, e)))
+    return t
 
 
 def runs_user_code(spec: object) -> bool:

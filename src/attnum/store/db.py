@@ -142,16 +142,23 @@ class Store(StoreReader):
         self.close()
 
     # ---- spec binding -----------------------------------------------------------------------
+    def holds_spec(self, *, name: str, spec_hash: str, source: str) -> bool:
+        """Whether the folder already holds this spec (False: none yet); an AttnumEnvironmentError when it holds
+        another one. Reads only (a read-only store too: a command checks before work it would lose)."""
+        held = self.meta()
+        if "spec_hash" not in held:
+            return False
+        if held["spec_hash"] != spec_hash:
+            raise AttnumEnvironmentError(
+                f"{self.folder}: out holds results of a different spec "
+                f"({held.get('spec_name')!r}, hash {held['spec_hash']}) than {source} "
+                f"({name!r}, hash {spec_hash}); expected an empty folder or one made by this spec"
+            )
+        return True
+
     def bind_spec(self, *, name: str, spec_hash: str, canonical: dict[str, Any], source: str) -> None:
         """Claim an empty folder for a spec, or check that it already holds that same spec."""
-        held = self.meta()
-        if "spec_hash" in held:
-            if held["spec_hash"] != spec_hash:
-                raise AttnumEnvironmentError(
-                    f"{self.folder}: out holds results of a different spec "
-                    f"({held.get('spec_name')!r}, hash {held['spec_hash']}) than {source} "
-                    f"({name!r}, hash {spec_hash}); expected an empty folder or one made by this spec"
-                )
+        if self.holds_spec(name=name, spec_hash=spec_hash, source=source):
             return
         rows = {
             "schema": SCHEMA_VERSION,

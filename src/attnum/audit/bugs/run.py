@@ -103,6 +103,18 @@ def spec_hash(pts: list[BugPoint]) -> tuple[str, dict[str, Any]]:
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()[:16], canonical
 
 
+def check_out(pts: list[BugPoint], out: Path, *, command: str) -> None:
+    """Refuse, before any download, an ``out`` whose store cannot take these points: not an attnum store, a
+    newer schema, or another spec's results (a folder without a store is fine)."""
+    from attnum.store.db import DB_NAME, open_store
+
+    if not (out / DB_NAME).is_file() or not (out / DB_NAME).stat().st_size:
+        return
+    digest, _ = spec_hash(pts)
+    with open_store(out) as store:
+        store.holds_spec(name=SPEC_NAME, spec_hash=digest, source=command)
+
+
 def run_points(pts: list[BugPoint], out: Path, *, command: str,
                progress: Callable[[int, int, BugPoint, dict[str, Any]], None] | None = None) -> Path:
     """Audit every point not already done in ``out``'s store, committing each as it finishes; returns the

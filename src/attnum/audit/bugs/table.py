@@ -4,21 +4,46 @@ one stays silent (or which probe fails), and the seconds both took; and the tota
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from attnum.audit.bugs.corpus import Case, corpus
 from attnum.audit.bugs.point import KIND
 
 COLUMNS = ("case", "package", "versions", "broken caught?", "fixed silent?", "seconds")
+VERDICTS = ("caught", "missed", "silent", "fails", "untested")
+
+
+def unreadable(r: dict[str, Any]) -> str:
+    """'' when the stored row ``r`` of kind ``bug-case`` holds what the table reads, else what it lacks (a store
+    written by hand: a config without its case or role, a done row without a verdict and its line)."""
+    c = r.get("config")
+    if not isinstance(c, dict) or not isinstance(c.get("case"), str) or c.get("role") not in ("broken", "fixed"):
+        return "its config names no case and role (broken or fixed)"
+    if r.get("status") != "done":
+        return ""
+    m = r.get("metrics")
+    if not isinstance(m, dict) or m.get("verdict") not in VERDICTS or not isinstance(m.get("line"), str):
+        return f"its metrics hold no verdict (one of {', '.join(VERDICTS)}) and line"
+    others, numerics = m.get("other_failing", []), m.get("numerics", "")
+    if not isinstance(others, list) or not all(isinstance(o, str) for o in others) or not isinstance(numerics, str):
+        return "its metrics' other_failing (probe names) or numerics (a label) are of another type"
+    return ""
 
 
 def summarize(rows: list[dict[str, Any]], cases: tuple[Case, ...] | None = None) -> list[dict[str, Any]]:
     """One entry per case that has a planned point in ``rows`` (a store's rows, any status), in corpus order:
     ``{"case", "package", "versions", "symptom", "probes", "broken", "fixed", "seconds"}``, where broken / fixed
-    is the point's metrics (None: open, or not run) plus its ``status`` and ``error``."""
+    is the point's metrics (None: open, or not run) plus its ``status`` and ``error``. A row the table cannot read
+    (:func:`unreadable`) is named on stderr and left out, as the store leaves out a row of the wrong shape."""
     by_case: dict[str, dict[str, dict]] = {}
     for r in rows:
         if r.get("kind") != KIND:
+            continue
+        why = unreadable(r)
+        if why:
+            print(f"attnum: warning: bug-case row (key {str(r.get('key'))[:80]!r}): {why}; row skipped",
+                  file=sys.stderr)
             continue
         c = r["config"]
         by_case.setdefault(c["case"], {})[c["role"]] = {**(r.get("metrics") or {}), "status": r.get("status"),

@@ -12,7 +12,8 @@ set); ``--memory`` (``fingerprint(memory=...)``) sets it. Two things are sized:
   tile and split ranges. A replay over the budget is not run: the candidate is skipped, with a line in
   the document (``skipped``), never allocated. A MemoryError in a replay is the same skip.
 
-``peak_rss_bytes`` is this process's high-water resident memory (``getrusage``), reported beside
+A ``--memory`` above the memory this process may take (:func:`available_bytes`) is refused: it would size
+nothing. ``peak_rss_bytes`` is this process's high-water resident memory (``getrusage``), reported beside
 ``seconds``.
 """
 
@@ -45,6 +46,10 @@ def parse_memory(text: object, *, param: str = "--memory") -> int:
     n = value * _UNITS[unit]
     if not math.isfinite(n) or n < 64 * 2 ** 20:
         raise bad_value(param, text, "at least 64M (the fingerprint's own arrays need more), or auto")
+    avail = available_bytes()
+    if n > avail:  # a budget the machine cannot give sizes nothing: the allocation it allowed would fail
+        raise bad_value(param, text, f"at most {_gib(avail)} (the memory this process may take now: MemAvailable, "
+                                     "and its RLIMIT_AS / RLIMIT_DATA headroom), or auto")
     return int(n)
 
 
@@ -159,3 +164,10 @@ class Budget:
                               f"{_gib(self.limit)} (--memory)")
         if line not in self.skipped:
             self.skipped.append(line)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that failed: Python's MemoryError, or torch's allocators' errors, which
+    are RuntimeErrors ("DefaultCPUAllocator: can't allocate memory", torch.OutOfMemoryError)."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+        type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(exc)))

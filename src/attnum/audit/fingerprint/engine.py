@@ -85,7 +85,9 @@ def fingerprint(fn: Callable, *, dtype: str = "bf16", lengths=DEFAULT_LENGTHS, h
     t = probes.CountedTarget(fn, entry="auto" if num_splits is None else "decode", num_splits=num_splits)
     try:
         doc = _fingerprint(t, dtype, lengths, heads, d, seed, say, num_splits, budget, resolve)
-    except MemoryError:
+    except (MemoryError, RuntimeError) as exc:
+        if not mem.out_of_memory(exc):
+            raise
         raise AttnumEnvironmentError(f"the fingerprint ran out of memory here (budget {budget.limit / 2**30:.2f} "
                                      "GiB, --memory): use fewer heads or shorter lengths") from None
     doc["mma"] = NO_MATMUL if matmul is None else _identify(matmul, dtype, say)

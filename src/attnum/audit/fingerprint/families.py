@@ -80,11 +80,19 @@ def _key(p: Policy) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in p.describe().items()))
 
 
+def _variant(base: Policy, **change) -> Policy | None:
+    """``base`` with ``change``, or None when the policy refuses it: an arithmetic no hardware runs (under
+    ``mma=ARCH``, P and V in two 16-bit formats neither of which holds the other) is not a candidate."""
+    try:
+        return base.with_overrides(**change)
+    except AttnumInputError:
+        return None
+
+
 def _with_variants(bases: list[Policy], sites=OBSERVED_SITES, *, allowed=None) -> list[Policy]:
     """``bases`` (first, in order), then each with one site moved to another of :data:`LOWERED` and with
-    its normalisation switched; deduplicated by arithmetic; ``allowed(policy)`` filters the variants. A
-    variant the policy layer refuses is no candidate: it is no arithmetic a kernel can have (under ``mma=``,
-    P and V in two 16-bit formats neither of which holds the other: one MMA instruction reads one type)."""
+    its normalisation switched (the variants the policy accepts: :func:`_variant`); deduplicated by arithmetic;
+    ``allowed(policy)`` filters the variants."""
     out: dict[tuple, Policy] = {}
     for base in bases:
         out.setdefault(_key(base), base)
@@ -92,14 +100,12 @@ def _with_variants(bases: list[Policy], sites=OBSERVED_SITES, *, allowed=None) -
         for site in sites:
             for fmt in LOWERED:
                 if getattr(base, site).name != get_format(fmt).name:
-                    try:
-                        p = base.with_overrides(**{site: fmt})
-                    except AttnumInputError:
-                        continue
-                    if allowed is None or allowed(p):
+                    p = _variant(base, **{site: fmt})
+                    if p is not None and (allowed is None or allowed(p)):
                         out.setdefault(_key(p), p)
-        p = base.with_overrides(normalize="divide" if base.normalize == "reciprocal" else "reciprocal")
-        out.setdefault(_key(p), p)
+        p = _variant(base, normalize="divide" if base.normalize == "reciprocal" else "reciprocal")
+        if p is not None:
+            out.setdefault(_key(p), p)
     return list(out.values())
 
 

@@ -109,7 +109,9 @@ class Replays:
                     raise Skipped
             try:
                 out = cand.run(call.q, call.k, call.v).to(call.out.dtype)
-            except MemoryError:
+            except (MemoryError, RuntimeError) as exc:
+                if not mem.out_of_memory(exc):
+                    raise
                 if self.budget is not None:
                     self.budget.skip(_label(cand, call.S), why="MemoryError in its replay (not enough memory here)")
                 raise Skipped from None

@@ -13,6 +13,11 @@ run and crashes on another. Under :func:`checked` every access is checked before
   arithmetic (an offset of 2**48 bytes would be needed to disturb it). So each lane's address says
   which argument it was derived from, with no bookkeeping per operation that an op Triton adds could
   bypass. The tags are stripped before the real access.
+- **An offset that reaches the tag.** ``ptr + offset`` (``create_addptr``, every ``+`` on a pointer) whose
+  result's top 16 bits differ from its pointer's carried into or borrowed from the tag: 2**48 bytes or more
+  away, an address no GPU maps. Such a lane is marked (the tag :data:`MOVED`) and any live access through
+  it is :class:`OutOfBounds`; without the mark, ``x + 2**46`` fp32 elements would read as the next
+  argument's pointer and ``x - 2**46`` as an untagged one inside ``x``, both passed.
 - **The check.** Each live lane (mask true) of ``create_masked_load`` / ``create_masked_store`` (which
   ``tl.load`` / ``tl.store`` of blocks and scalars, tensor-descriptor loads and stores, gathers and
   scatters, ``atomic_load`` / ``atomic_store`` go through) and of ``create_atomic_rmw`` /
@@ -45,6 +50,8 @@ from attnum.kernels.triton.extents import Extent, extent, inside
 
 SHIFT = 48
 TAG_LIMIT = 1 << 15  # tags live in bits 48..62: int64 casts of a tagged pointer stay positive
+MOVED = TAG_LIMIT - 1  # the tag of a pointer whose arithmetic reached the tag bits (never an argument's)
+_TOP = np.uint64(SHIFT)
 ADDRESS = np.uint64((1 << SHIFT) - 1)
 _LOCK = threading.RLock()
 _DEPTH = [0]
@@ -164,6 +171,10 @@ def _within(frame: _Launch, tag: int, addr: np.ndarray, width: int, verb: str) -
                 f"kernel {frame.kernel} {verb} through an address not derived from any tensor argument (a pointer "
                 "built from an integer) that lies outside every argument: attnum's address check cannot vouch for it")
         return
+    if tag == MOVED:
+        raise OutOfBounds(f"kernel {frame.kernel} {verb} through a pointer whose offset moved it 2**48 bytes or more "
+                          "from the argument it was derived from (its arithmetic overflowed into the address's top "
+                          "bits): no GPU maps an address there")
     if tag > len(frame.extents):
         raise OutOfBounds(f"kernel {frame.kernel} {verb} an address 2**48 bytes or more away from the argument its "
                           "pointer was derived from")
@@ -181,7 +192,7 @@ def _install() -> dict:
     from triton.runtime import interpreter as I
 
     b, TH = I.interpreter_builder, I.TensorHandle
-    keys = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+    keys = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas", "create_addptr")
     mine = {k: k in vars(b) for k in keys}  # an instance attribute already there (another patch) is restored
     orig = {k: getattr(b, k) for k in keys}
     cls = {"launch": I.GridExecutor.__call__, "cvt": I._implicit_cvt}
@@ -202,6 +213,14 @@ def _install() -> dict:
         clean = TH(check(ptr.data, None, _width(ptr), "atomically updated"), ptr.dtype)
         return orig["create_atomic_cas"](clean, cmp, val, sem, scope)
 
+    def addptr(ptr, offset):
+        out = orig["create_addptr"](ptr, offset)
+        if _ACTIVE:  # a lane whose top bits moved left its argument by 2**48 bytes or more: marked (module doc)
+            moved = (np.asarray(ptr.data, dtype=np.uint64) >> _TOP) != (out.data >> _TOP)
+            if moved.any():
+                out.data = np.where(moved, (out.data & ADDRESS) | np.uint64(MOVED << SHIFT), out.data)
+        return out
+
     def launch(self, *args, **kwargs):
         _ACTIVE.append(_Launch(getattr(self.fn, "__name__", "kernel"), _arguments(self, args, kwargs)))
         try:
@@ -217,15 +236,15 @@ def _install() -> dict:
         frame = _ACTIVE[-1]
         addr = int(out.handle.data.reshape(-1)[0])
         tag = len(frame.extents) + 1
-        if addr >> SHIFT or tag >= TAG_LIMIT:
+        if addr >> SHIFT or tag >= MOVED:
             raise Unchecked(f"kernel {frame.kernel}: argument {tag}, at address {addr:#x}, leaves no room for "
-                            "attnum's address tags (addresses below 2**48, fewer than 2**15 arguments)")
+                            "attnum's address tags (addresses below 2**48, fewer than 2**15 - 1 arguments)")
         frame.extents.append(extent(frame.claim(_signature(t)), t))
         out.handle.data = out.handle.data | np.uint64(tag << SHIFT)
         return out
 
     for k, fn in {"create_masked_load": masked_load, "create_masked_store": masked_store,
-                  "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas}.items():
+                  "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas, "create_addptr": addptr}.items():
         setattr(b, k, fn)
     I.GridExecutor.__call__, I._implicit_cvt = launch, implicit_cvt
     return {"builder": (b, orig, mine), "classes": cls}

@@ -20,6 +20,7 @@ line, never answered with the first; ``attnum audit`` runs each target in a fres
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import shutil
@@ -203,6 +204,17 @@ def fetch(package: str, version: str | None = None, *, quiet: bool = False) -> P
     dest, w, root, fix = source_dir(package, v), wheel(package, v), cache_dir(), _fix(package, v)
     if not _problem(package, v):
         return dest
+    try:
+        return _fetch(package, v, dest, w, root, fix, quiet)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise AttnumEnvironmentError(f"{exc.filename or root}: attnum's cache cannot be written here "
+                                     f"({exc.strerror}); point ATTNUM_CACHE at a folder you can write to (default "
+                                     f"~/.cache/attnum), then run `{fix}`") from None
+
+
+def _fetch(package: str, v: str, dest: Path, w: Wheel, root: Path, fix: str, quiet: bool) -> Path:
     wheel_cache.ensure_dir(root, root / "src", fix)
     wheels = root / "wheels"
     wheel_cache.ensure_dir(root, wheels, fix)

@@ -67,12 +67,14 @@ def register(app: typer.Typer) -> None:
         def say(text: str) -> None:
             print(f"attnum bugs: {text}", file=sys.stderr, flush=True)
 
+        pts = runner.points(cases, options)
+        command = " ".join(["attnum", *sys.argv[1:]])
+        runner.check_out(pts, out_dir, command=command)  # another spec's store: refused before any download
         try:
             runner.prepare(cases, options, say)
         except runner.Unavailable as err:
             print(f"attnum: error: {err}", file=sys.stderr)
             raise typer.Exit(EXIT_UNAVAILABLE) from None
-        pts = runner.points(cases, options)
         say(f"{len(pts)} audits of {len(cases)} case(s) into {out_dir}")
 
         from attnum.console.progress import Activity
@@ -89,8 +91,7 @@ def register(app: typer.Typer) -> None:
                 act.update(done=i, label=f"last: {p.case} {p.role}")
                 act.printed()
 
-            store_path = runner.run_points(pts, out_dir, command=" ".join(["attnum", *sys.argv[1:]]),
-                                           progress=progress)
+            store_path = runner.run_points(pts, out_dir, command=command, progress=progress)
         keys = {p.key for p in pts}
         with open_store(out_dir) as store:
             rows = [r for r in store.rows(kind="bug-case", status=None) if r["key"] in keys]
