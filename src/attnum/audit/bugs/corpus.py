@@ -88,9 +88,8 @@ def _check_against_tables(case: Case) -> None:
     """The case's package, versions, wheels, target and probes are the pin table's, registry's and catalogue's."""
     from attnum.audit.probes import PROBES
     from attnum.kernels.registry import KERNELS
-    from attnum.kernels.wheels.pins import table
-
     from attnum.kernels.triton.tensor_core import ARCHES
+    from attnum.kernels.wheels.pins import table
 
     if case.arch not in ARCHES:
         raise ValueError(f"case {case.id}: arch={case.arch!r} must be one of {ARCHES}")
