@@ -86,6 +86,27 @@ def test_an_fp8_kernel_is_judged_on_what_it_received_and_a_dropped_descale_fails
     assert [r.status for r in dropped.results] == ["fail", "fail"], [(r.name, r.note) for r in dropped.results]
 
 
+def test_a_clamping_fp8_cache_fails_kv_scale_overflow_and_passes_the_ordinary_decode_probes():
+    """kv-scale-overflow judges the cache writer: its golden reads the outliers as given, its baseline the careful
+    writer's cache (outliers kept), which an FP8 cache cannot hold -- a baseline of the FP8 design on it would be
+    NaN and make the bound vacuous (it did: the clamp passed at 0 % of an infinite bound)."""
+    from attnum.kernels.serving import reference
+
+    attend = reference("fa2").decode
+
+    def decode(q, k_cache, v_cache, **kw):  # the cache as the writer stores it (clamped), attnum's decode on it
+        rq, rk, rv = (quantised.dequantised(x, "e4m3fn", s) for x, s in
+                      ((q, Q_SCALE), (k_cache, K_SCALE), (v_cache, V_SCALE)))
+        return attend(rq.to(q.dtype), rk.to(q.dtype), rv.to(q.dtype), **kw)
+
+    fn = ServingTarget("clamping-fp8", decode=decode, kv_cache_dtype="e4m3fn", k_scale=K_SCALE, v_scale=V_SCALE,
+                       q_scale=Q_SCALE)
+    rows = {r.name: r for r in run_audit(AuditConfig(dtypes="bf16", probes="kv-scale-overflow,decode-causal-alignment",
+                                                     isolate=False), fn).results}
+    assert rows["kv-scale-overflow"].status == "fail" and math.isfinite(rows["kv-scale-overflow"].bound)
+    assert rows["decode-causal-alignment"].status == "pass", rows["decode-causal-alignment"].note
+
+
 @pytest.mark.slow  # Triton's interpreter
 @pytest.mark.timeout(1200)
 def test_vllm_unified_fp8kv_declares_vllms_fp8_path_and_passes_at_the_pinned_release():

@@ -113,8 +113,13 @@ def baseline(target, fmt: FloatFormat, q, k, v, *, attn_mask=None, is_causal=Fal
     quant = declared(target)
     qs, ks, vs = (fp32_scale(s) for s in (quant.q_scale, quant.k_scale, quant.v_scale))
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    # the received values divided by their scales are the FP8 values themselves, exactly
-    o = flash_attention(q.double() / qs, k.double() / ks, v.double() / vs, attn_mask=attn_mask, is_causal=is_causal,
-                        scale=sc * qs * ks, policy=baseline_policy(target, fmt, arch),
-                        causal_alignment=causal_alignment)
+    # the received values divided by their scales are the FP8 values themselves, exactly; anything else (a value
+    # the cache cannot hold) would become NaN at the baseline's input rounding and make every bound vacuous
+    x8 = [x.double() / s for x, s in ((q, qs), (k, ks), (v, vs))]
+    for x in x8:
+        fin = torch.isfinite(x)
+        if not torch.equal(round_to(x[fin], quant.fmt), x[fin]):
+            raise ValueError(f"the FP8 baseline was given values a {quant.fmt} cache does not hold (attnum bug)")
+    o = flash_attention(*x8, attn_mask=attn_mask, is_causal=is_causal, scale=sc * qs * ks,
+                        policy=baseline_policy(target, fmt, arch), causal_alignment=causal_alignment)
     return round_to(o.double() * vs, fmt)  # site: out (the kernel scales its fp32 accumulator by v_scale)

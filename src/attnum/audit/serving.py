@@ -257,8 +257,10 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
     gk, gv = (rk, rv) if baseline_kv is None else (k, v)
     g_o, g_lse = decode_reference(rq, gk, gv, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
                                   return_lse=True)
-    bk, bv = (rk, rv) if baseline_kv is None else baseline_kv
-    b_o = baseline_decode(rq, bk, bv, lens, is_causal=is_causal, ctx=ctx)
+    if baseline_kv is None:
+        b_o = baseline_decode(rq, rk, rv, lens, is_causal=is_causal, ctx=ctx)
+    else:  # the probe's own cache (values an FP8 cache may not hold): the ordinary same-precision baseline
+        b_o = baseline_decode(ctx.cast(rq)[0], *baseline_kv, lens, is_causal=is_causal)
     empty_rule = empty_rows_of(ctx.target, "decode")
     empty = empty_decode_rows(lens, N, is_causal)
     if empty_rule == "nan":
