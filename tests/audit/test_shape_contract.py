@@ -72,6 +72,27 @@ def test_a_key_loop_bounded_by_n_fails_where_n_is_below_s_and_says_so():
     assert all("silently wrong for N=" in c.verdict.note for c in r.cases if c.verdict.status == "fail")
 
 
+def tile_minimum_kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                        enable_gqa=False):
+    """SageAttention 1.0.3's contract and bug: it refuses q_len < 128 and takes q's length for K too (keys past
+    q_len never read; with a shorter K, the first q_len rows of its storage, zeros here past its end)."""
+    N, S = query.shape[-2], key.shape[-2]
+    if N < 128:
+        raise AssertionError("seq_len should be not less than 128")
+    if N <= S:
+        return _sdpa(query, key[..., :N, :], value[..., :N, :], is_causal, scale)
+    pad = key.new_zeros(*key.shape[:-2], N - S, key.shape[-1])
+    return _sdpa(query, torch.cat([key, pad], -2), torch.cat([value, pad], -2), is_causal, scale)
+
+
+def test_a_kernel_refusing_short_queries_is_still_asked_unequal_lengths_and_caught():
+    r = _row(tile_minimum_kernel)
+    bad = _failed(r)
+    assert r.status == "fail" and {"N=128 S=256", "N=256 S=128"} <= set(bad), bad
+    # every shape below its minimum is a refusal, never a failure
+    assert all(c.verdict.status == "unsupported" for c in r.cases if c.label.startswith(("N=5 ", "N=70 ", "N=1 ")))
+
+
 def test_v_read_in_tiles_of_the_key_head_dim_fails_only_for_a_wider_v():
     r = _row(planted("dv-tile"))
     assert r.status == "fail" and _failed(r) == ["N=33 S=65 dv=128 != d=64", "N=33 S=65 dv=128 != d=64 causal"]

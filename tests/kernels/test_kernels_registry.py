@@ -236,7 +236,7 @@ def test_a_specs_all_kernels_leaves_out_the_interpreted_ones():
 
     interpreted = {name for name, k in KERNELS.items() if k.interpreted}
     assert interpreted == {"pallas-mha", "pallas-tpu-flash", "sglang-decode", "sglang-merge", "sglang-extend",
-                           "vllm-unified", "vllm-triton-merge", "vllm-triton-decode",
+                           "vllm-unified", "vllm-unified-fp8kv", "vllm-triton-merge", "vllm-triton-decode",
                            "vllm-prefix-prefill", "sglang-context", "sage1-triton", "flashinfer-triton-merge",
                            "flashinfer-triton-merge-n", "flashinfer-triton-merge-varlen", "ring-flash-attn-merge",
                            "fla-parallel-attn", "fla-decode", "fla-nsa", "vllm-mla-decode"}

@@ -150,11 +150,20 @@ def resolve_conventions(config: AuditConfig, declared: dict[str, str]) -> dict:
 
 
 def contexts(config: AuditConfig, target: Callable, conv: dict, monitor=None) -> dict[str, ProbeContext]:
-    """One ProbeContext per dtype."""
+    """One ProbeContext per dtype; ``arch``: the GPU model an interpreted Triton target runs under (its numerics
+    label's ``nvidia-smXX``), None for a native one or Triton's raw interpreter."""
+    import re
+
+    model = re.search(r"nvidia-(sm\d+)", numerics_label(config, target))
+    arch = model.group(1) if model else None
+    if config.device == "cuda" and torch.cuda.is_available():  # a native run: the device's own tensor cores
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm{major}{minor}"
     return {dtype: ProbeContext(target=target, dtype=torch_dtype(dtype), fmt=get_format(dtype), device=config.device,
                                 k=config.k, k_grad=config.k_grad, floor_ulps=config.floor_ulps, strict=config.strict,
                                 empty_rows=conv["empty_rows"], causal_alignment=conv["causal_alignment"],
-                                seed=config.seed, emulation=conv.get("emulation"), monitor=monitor)
+                                seed=config.seed, emulation=conv.get("emulation"), monitor=monitor,
+                                arch=arch)
             for dtype in config.dtypes}
 
 

@@ -100,7 +100,8 @@ def decode_feature_cases(ctx: ProbeContext, label: str, q, k, v, lens, *, featur
     o = o.detach().to("cpu", torch.float64)
     bctx = replace(ctx, causal_alignment="bottom_right", empty_rows=empty_rows_of(ctx.target, "decode"))
     cases = []
+    rq, rk, rv = ctx.received(q, k, v)  # the rewrite reads what the kernel computed with
     for b, L in enumerate(lens):
-        ref, ref_kw, extra = rewrite(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L])
+        ref, ref_kw, extra = rewrite(rq[b:b + 1], rk[b:b + 1, :, :L], rv[b:b + 1, :, :L])
         cases.append(bctx.check(f"{label} seq {b} (L={L})", *ref, out=o[b:b + 1], extra_floor=extra, **ref_kw))
     return cases

@@ -157,6 +157,9 @@ class ProbeContext:
     # A policy naming the target's designed arithmetic (a declared ``emulation``): forward cases are
     # judged against it instead of by the rule (attnum.audit.emulated).
     emulation: str | None = None
+    # The GPU whose arithmetic an interpreted kernel runs under (attnum.kernels.triton.faithful), None for a native
+    # target: the baseline of a target whose dots run on FP8 operands uses its tensor cores (attnum.audit.quantised).
+    arch: str | None = None
     behaviour: bool = field(default=False, repr=False)
     # monitor(event, label, payload): "call" / "returned" around each call of the target, "case"
     # with each finished Case. The isolating runner forwards them to its parent.
@@ -185,6 +188,13 @@ class ProbeContext:
         """Round float64 inputs to the audited dtype (the values every reference then sees): once,
         correctly, by ``round_to`` -- torch's float64 -> bf16/fp16 cast rounds twice through float32."""
         return tuple(round_to(x.double(), self.fmt).to(self.dtype) for x in xs)
+
+    def received(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q, k, v) as the target's kernel computes with them: the inputs, or what its declared FP8 cache and
+        queries hold (attnum.audit.quantised). Every reference reads these."""
+        from attnum.audit import quantised
+
+        return quantised.received(self.target, self.fmt, q, k, v)
 
     def _tell(self, event: str, label: str, payload: object = None) -> None:
         if self.monitor is not None:
@@ -274,10 +284,12 @@ class ProbeContext:
                 out = self.call(q, k, v, label=label, **call_kw)
             except Exception as exc:  # noqa: BLE001 - any exception from the kernel is its verdict
                 return self._case(label, raised(exc))
-        rq, rk, rv = clean if clean is not None else (q, k, v)
+        # the values the kernel computed with (a declared FP8 cache / FP8 queries: attnum.audit.quantised); a
+        # rewrite built from them (the score-feature probes) is unchanged by this (the quantisation is idempotent)
+        rq, rk, rv = self.received(*(clean if clean is not None else (q, k, v)))
         ref_kw = self.reference_kw(rq, rk, **kw)
         g = self.expected(rq, rk, rv, **kw)
-        b = reference.baseline(rq, rk, rv, **ref_kw).double()
+        b = self._baseline(rq, rk, rv, ref_kw)
         empty = None
         if self.empty_rows != "zeros" and out.shape == g.shape:
             empty = self.empty(rq, rk, ref_kw).unsqueeze(-1)
@@ -300,6 +312,15 @@ class ProbeContext:
 
             return self.finish(label, emulated.verdict(self, out, g, rq, rk, rv, kw, ref_kw, dtype_rule=dtype_rule))
         return self.finish(label, dtype_rule(out))
+
+    def _baseline(self, q, k, v, ref_kw: dict) -> torch.Tensor:
+        """The same-precision baseline (float64) on the received values: FA's out_pt, or, for a target whose GEMMs
+        run on FP8 operands, a kernel of that design (attnum.audit.quantised.baseline)."""
+        from attnum.audit import quantised
+
+        if quantised.fp8_operands(self.target):
+            return quantised.baseline(self.target, self.fmt, q, k, v, arch=self.arch, **ref_kw)
+        return reference.baseline(q, k, v, **ref_kw).double()
 
     def check_grad(self, label: str, q, k, v, *, attn_mask=None, is_causal=False, scale=None,
                    row_weight: torch.Tensor | None = None) -> Case:

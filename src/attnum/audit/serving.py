@@ -165,13 +165,22 @@ def _pair(res: object, name: str) -> tuple[object, object]:
     return res[0], res[1]
 
 
-def baseline_decode(q, k, v, lens, *, is_causal: bool, scale=None) -> torch.Tensor:
-    """Same-precision plain attention per sequence on its first L keys (bottom-right causal)."""
-    policy = baseline_policy(q.dtype)
+def baseline_decode(q, k, v, lens, *, is_causal: bool, scale=None, ctx: ProbeContext | None = None) -> torch.Tensor:
+    """Same-precision plain attention per sequence on its first L keys (bottom-right causal); with ``ctx`` whose
+    target runs both GEMMs on FP8 operands, a kernel of that design (attnum.audit.quantised.baseline)."""
+    from attnum.audit import quantised
+
+    fp8 = ctx is not None and quantised.fp8_operands(ctx.target)
+    policy = None if fp8 else baseline_policy(q.dtype)
     out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=torch.float64)
     for b, L in enumerate(lens):
-        out[b] = baseline_attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], is_causal=is_causal,
-                                    causal_alignment="bottom_right", scale=scale, policy=policy)[0].double()
+        one = (q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L])
+        if fp8:
+            out[b] = quantised.baseline(ctx.target, ctx.fmt, *one, is_causal=is_causal, scale=scale,
+                                        causal_alignment="bottom_right", arch=ctx.arch)[0]
+        else:
+            out[b] = baseline_attention(*one, is_causal=is_causal, causal_alignment="bottom_right", scale=scale,
+                                        policy=policy)[0].double()
     return out
 
 
@@ -231,7 +240,8 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
     first L keys of each sequence. ``out``: a list the target's output is appended to (for invariance
     checks). The target's declarations (attnum.kernels.serving) apply: ``single_query_only`` (N > 1 is
     unsupported), ``split_rule``, the decode entry's ``empty_rows``, ``accepts_out`` (poisoned buffers,
-    ``unwritten``). ``baseline_kv``: the (k, v) the baseline attends to instead of k, v (a quantised cache)."""
+    ``unwritten``). ``baseline_kv``: the (k, v) the baseline attends to instead of k, v (a quantised cache); golden
+    then reads k, v as given, not as the target's declared cache holds them (the probe judges the writer)."""
     got = decode_call(ctx, label, q, k, v, cache_seqlens=cache_seqlens, block_table=block_table, pages=pages,
                       num_splits=num_splits, max_seqlen=max_seqlen, is_causal=is_causal, check_lse=check_lse)
     if isinstance(got, Case):
@@ -241,10 +251,16 @@ def decode_case(ctx: ProbeContext, label: str, q, k, v, *, cache_seqlens, block_
     N = q.shape[2]
     if out is not None:
         out.append(o.detach().to("cpu", torch.float64))
-    g_o, g_lse = decode_reference(q, k, v, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
+    # the values the kernel computed with (a declared FP8 cache and queries: attnum.audit.quantised); a probe that
+    # judges the cache writer itself (baseline_kv) keeps golden on the cache as it was given
+    rq, rk, rv = ctx.received(q, k, v)
+    gk, gv = (rk, rv) if baseline_kv is None else (k, v)
+    g_o, g_lse = decode_reference(rq, gk, gv, cache_seqlens=torch.tensor(lens), is_causal=is_causal, lse_base=base,
                                   return_lse=True)
-    bk, bv = (k, v) if baseline_kv is None else baseline_kv
-    b_o = baseline_decode(q, bk, bv, lens, is_causal=is_causal)
+    if baseline_kv is None:
+        b_o = baseline_decode(rq, rk, rv, lens, is_causal=is_causal, ctx=ctx)
+    else:  # the probe's own cache (values an FP8 cache may not hold): the ordinary same-precision baseline
+        b_o = baseline_decode(ctx.cast(rq)[0], *baseline_kv, lens, is_causal=is_causal)
     empty_rule = empty_rows_of(ctx.target, "decode")
     empty = empty_decode_rows(lens, N, is_causal)
     if empty_rule == "nan":

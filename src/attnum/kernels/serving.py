@@ -40,8 +40,13 @@ protocol"):
 - ``empty_rows``: the output of a query row with no key, one of ``zeros``, ``nan``, ``mean-v``, ``any``;
   a string for every entry point or a dict by entry point (``{"sdpa": "zeros", "decode": "nan"}``);
 - ``kv_cache_dtype`` (None, ``"e4m3fn"``, ``"e5m2"``) with ``k_scale`` / ``v_scale`` (the per-tensor
-  scales the cache is quantised with; ``decode`` then receives the cache in the audited dtype and
-  quantises it itself, as a cache writer would);
+  scales the cache is quantised with): every entry point that reads K and V reads them from that cache, and
+  receives them in the audited dtype and quantises them itself, as a cache writer would (x / scale, clamped
+  to the format, rounded: :func:`attnum.attention.lowbit.qformats.per_tensor_fp8`); the audit's references
+  read the values the cache holds (:mod:`attnum.audit.quantised`);
+- ``q_scale`` (None, or a per-tensor scale; needs ``kv_cache_dtype``): the queries are quantised to the
+  cache's format at that scale before the kernel, as vLLM's attention layer does for an FP8 cache
+  (``QuantFP8``, static per tensor), so both of its GEMMs run on FP8 operands;
 - ``split_rule``: how ``num_splits`` is honoured: ``"fixed-splits"`` (that many splits),
   ``"fixed-size"`` (the kernel picks its own split size; ``num_splits`` is a hint), ``"power-of-two"``
   (rounded up to a power of two);
@@ -76,7 +81,7 @@ ENTRIES = ("sdpa", "decode", "merge_state", "merge_states", "varlen")
 SPLIT_RULES = ("fixed-splits", "fixed-size", "power-of-two")
 KV_CACHE_DTYPES = ("e4m3fn", "e5m2")
 DECLARED = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
-            "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_batch_invariant")
+            "q_scale", "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_batch_invariant")
 """The plain attributes :func:`declared_target` reads (module docstring)."""
 
 
@@ -140,7 +145,7 @@ class ServingTarget:
                  merge_states: Callable | None = None, varlen: Callable | None = None, lse_base: object = "e", empty_lse: float = NEG_INF,
                  causal_alignment: str | None = None, empty_rows: str | dict | None = None,
                  kv_cache_dtype: str | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
-                 split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
+                 q_scale: float | None = None, split_rule: str = "fixed-splits", single_query_only: bool = False, accepts_out: bool = False,
                  emulation: str | None = None, attnum_batch_invariant: bool = False,
                  features: tuple[str, ...] = ()):
         from attnum.attention.serving.merge import empty_convention, parse_lse_base
@@ -172,6 +177,15 @@ class ServingTarget:
             if not (isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val) and val > 0):
                 raise bad_value(f"{name}.{attr}", val, "a finite positive per-tensor scale")
             setattr(self, attr, float(val))
+        if q_scale is not None:
+            if not (isinstance(q_scale, (int, float)) and not isinstance(q_scale, bool) and math.isfinite(q_scale)
+                    and q_scale > 0):
+                raise bad_value(f"{name}.q_scale", q_scale, "None or a finite positive per-tensor scale")
+            if self.kv_cache_dtype is None:
+                raise bad_value(f"{name}.q_scale", q_scale, "None without a kv_cache_dtype (queries are quantised "
+                                                            "to the cache's format)")
+            q_scale = float(q_scale)
+        self.q_scale = q_scale
         if split_rule not in SPLIT_RULES:
             raise bad_value(f"{name}.split_rule", split_rule, f"one of {', '.join(SPLIT_RULES)}")
         self.split_rule = split_rule

@@ -24,7 +24,7 @@ ENTRIES = ("merge_state", "merge_states", "decode", "varlen", "sdpa")
 MAX_GRAPHS = 64  # autograd graphs kept for backward calls that may still come (oldest dropped)
 MAX_WARNINGS = 20  # per call: a kernel that warns in a loop still sends a short list
 ATTRS = ("causal_alignment", "empty_rows", "lse_base", "empty_lse", "kv_cache_dtype", "k_scale", "v_scale",
-         "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",
+         "q_scale", "split_rule", "single_query_only", "accepts_out", "emulation", "attnum_numerics", "attnum_batch_invariant",
          "attnum_emulation", "attnum_softcap", "attnum_window", "attnum_sinks", "attnum_mla",
          "attnum_block_select", "attnum_sdpa")
 

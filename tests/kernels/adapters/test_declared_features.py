@@ -17,6 +17,7 @@ from attnum.kernels.registry import KERNELS
 # softcap, window, sinks per built-in (what docs/audit.md's "Score features" table says)
 DECLARED = {
     "vllm-unified": {"softcap", "window", "sinks"},
+    "vllm-unified-fp8kv": {"softcap", "window", "sinks"},
     "vllm-triton-decode": {"softcap"},
     "vllm-mla-decode": {"softcap"},
     "vllm-prefix-prefill": {"window", "sinks"},

@@ -158,6 +158,26 @@ def quantize(x: torch.Tensor, cfg: Quantization) -> Quantized:
     return Quantized(values, s, over, cfg)
 
 
+def fp32_scale(scale: float) -> float:
+    """A per-tensor scale as kernels hold it: rounded once to fp32."""
+    return float(round_to(torch.tensor([float(scale)], dtype=torch.float64), _FP32))
+
+
+def per_tensor_fp8(x: torch.Tensor, fmt: str, scale: float) -> torch.Tensor:
+    """x (any shape, any float dtype) as a serving stack's FP8 writer stores it at a static per-tensor ``scale``
+    (held in fp32, :func:`fp32_scale`): x / scale (float64) clamped to the format's +-max, then rounded once
+    (site ``quant``), as vLLM's ``QuantFP8`` (clamp, then the cast) and its Triton cache writer (a store through
+    ``cvt.rn.satfinite``) do: +-inf and finite overflow become +-max, NaN stays NaN. Returns the values (float64,
+    on ``fmt``'s grid); the value a kernel computes with is values * fp32_scale(scale), exact in float64. (vLLM
+    divides in fp32 first: a second rounding that moves a value only at a tie of the FP8 grid.)"""
+    f = quant_format(fmt)
+    if f == "int8":
+        raise bad_value("fmt", fmt, "an FP8 format (e4m3fn, e5m2)")
+    top = get_format(f).max
+    y = (x.double() / fp32_scale(scale)).clamp(-top, top)
+    return round_to(y, f) if y.numel() else y  # site: quant
+
+
 def _granule_scales(x: torch.Tensor, cfg: Quantization) -> torch.Tensor:
     """One fp32 scale per granule: amax / format max (1 where the granule is all zero), or fixed."""
     B, H, S, _ = x.shape

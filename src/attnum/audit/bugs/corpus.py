@@ -49,6 +49,9 @@ class Case:
     # The statuses of a probe case that ARE the upstream symptom: a wrong or unwritten output by default; a bug that
     # reads past a tensor adds "out of bounds". A case of another status (another bug of the same kernel) is not it.
     shows: tuple[str, ...] = ("fail", "unwritten")
+    # The GPU whose arithmetic the interpreted kernel runs under (attnum.audit.config.AuditConfig.arch): the audit's
+    # default, sm90, unless the kernel's instructions are modelled on another one only (FP8 mma.sync: sm89).
+    arch: str = "sm90"
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.id):
@@ -85,8 +88,11 @@ def _check_against_tables(case: Case) -> None:
     """The case's package, versions, wheels, target and probes are the pin table's, registry's and catalogue's."""
     from attnum.audit.probes import PROBES
     from attnum.kernels.registry import KERNELS
+    from attnum.kernels.triton.tensor_core import ARCHES
     from attnum.kernels.wheels.pins import table
 
+    if case.arch not in ARCHES:
+        raise ValueError(f"case {case.id}: arch={case.arch!r} must be one of {ARCHES}")
     kern = KERNELS.get(case.target)
     if kern is None:
         raise ValueError(f"case {case.id}: target={case.target!r} is not a built-in kernel")

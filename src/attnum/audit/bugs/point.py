@@ -1,6 +1,6 @@
 """One point of a corpus run: a case's target at one version, audited with the case's probes, and its verdict.
 
-The audit is ``attnum audit TARGET@VERSION --probes P --dtype D`` as the CLI runs it: isolated (the target in a
+The audit is ``attnum audit TARGET@VERSION --probes P --dtype D --arch A`` as the CLI runs it: isolated (the target in a
 kernel server: a crash, a hang or an exit is a row, and each version gets a fresh process), under the faithful
 GPU model for interpreted Triton kernels. The verdict is read from the case's probe rows only:
 
@@ -47,6 +47,7 @@ class BugPoint(StudyPoint):
     seed: int = 0
     shows: tuple[str, ...] = CAUGHT
     numerics: str = "faithful"
+    arch: str = "sm90"
     device: str = "cpu"
     entry: str = ""
 
@@ -122,7 +123,7 @@ def run(point: BugPoint, kernels: tuple[str, ...] = ()) -> dict[str, Any]:
     t0 = time.perf_counter()
     cfg = AuditConfig(target=point.target, dtypes=point.dtype, device=point.device,
                       probes=None if point.all_probes else ",".join(point.probes), seed=point.seed,
-                      numerics=point.numerics, isolate=True)
+                      numerics=point.numerics, arch=point.arch, isolate=True)
     report = run_audit(cfg, isolate=True)
     rows = [_row(r) for r in report.results]
     out = judge(point.role, point.probes, rows, report.available, report.reason, point.shows)

@@ -94,7 +94,8 @@ def points(cases: tuple[Case, ...], options: Options) -> list[BugPoint]:
         entry = hashlib.sha256(json.dumps(asdict(case), sort_keys=True).encode()).hexdigest()[:16]
         for role, _ in case.versions():
             out.append(BugPoint(case=case.id, role=role, target=case.spec(role), dtype=case.dtype, probes=case.probes,
-                                all_probes=options.all_probes, seed=options.seed, shows=case.shows, entry=entry))
+                                all_probes=options.all_probes, seed=options.seed, shows=case.shows, arch=case.arch,
+                                entry=entry))
     return out
 
 

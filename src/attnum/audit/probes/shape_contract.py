@@ -10,7 +10,8 @@ which shape it was. Inputs whose storage continues with NaN catch a read past th
 outside its tensors is ``out of bounds`` from attnum's address check, in or out of process, never a refusal. Models jax-ml/jax#24491 (Pallas' GPU
 ``mha`` silently wrong for q_len 512 != kv_len 2048, not causal; fixed by jax-ml/jax#24495),
 vllm-project/vllm#2622 (a head_dim read wrongly: the kernel ran without an error and wrote memory it did
-not own), flash-attn 2's loud refusal of dv != d (Dao-AILab/flash-attention#753: the right answer to a
+not own), thu-ml/SageAttention#26 (1.0.3 took q's length for K too; it refuses q_len < 128, so the unequal
+lengths include two at or above that tile), flash-attn 2's loud refusal of dv != d (Dao-AILab/flash-attention#753: the right answer to a
 shape it lacks), and the unmasked tail loads of the odd-lengths probe, here past the tensor itself.
 """
 
@@ -29,6 +30,11 @@ SHAPES = (  # (N, S, dv)
     (1, 129, D),
     (65, 65, 32),
     (33, 65, 128),
+    # N != S with both at or above a 128-row tile: a kernel that refuses lengths below its tile minimum (an
+    # assert q_len >= 128, SageAttention 1.0.3's) never meets the shapes above; these reach it (thu-ml/
+    # SageAttention#26: q_len 128, kv_len 256)
+    (128, 256, D),
+    (256, 128, D),
 )
 TAILS = ((65, 65), (1, 97), (97, 1))  # (N, S) of the storage-tail cases
 
@@ -94,7 +100,8 @@ def _case(ctx: ProbeContext, what: str, q, k, v, causal: bool) -> Case:
 
 PROBE = Probe(
     name="shape-contract",
-    summary="N != S both ways, dv != d, NaN in the storage behind q, k, v: right, or refused, never silently wrong",
-    refs=("jax-ml/jax#24491", "vllm-project/vllm#2622", "Dao-AILab/flash-attention#753"),
+    summary="N != S both ways (also both >= 128), dv != d, NaN in the storage behind q, k, v: right, or refused, "
+            "never silently wrong",
+    refs=("jax-ml/jax#24491", "vllm-project/vllm#2622", "thu-ml/SageAttention#26", "Dao-AILab/flash-attention#753"),
     run=run,
 )

@@ -72,7 +72,7 @@ def _sdpa_cases(ctx: ProbeContext) -> list[Case]:
             qkv = _inputs(ctx, cap, multiple)
             if qkv is None:
                 continue
-            ref, ref_kw, extra = rewrite(*qkv, cap)
+            ref, ref_kw, extra = rewrite(*ctx.received(*qkv), cap)  # on what the kernel computes with
             cases.append(feature_case(ctx, f"cap {cap:g}, scores ~{multiple:g} x cap", qkv, {"softcap": cap},
                                       ref, ref_kw, extra))
     return cases

@@ -45,6 +45,7 @@ CUDA kernel of the installed package:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 
@@ -147,20 +148,22 @@ def _features(q, causal: bool, softcap, window_size, sinks, kernel: str) -> dict
 
 
 def _unified(q_tok, k_pages, v_pages, out_tok, *, cu_q, used_k, max_q, scale, causal, table, num_splits,
-             softcap=0.0, window=(-1, -1), sinks=None):
+             softcap=0.0, window=(-1, -1), sinks=None, fp8=False):
     T, H, d = q_tok.shape
     table = vllm_block_table(table, k_pages.shape[1])
-    kw = {}
+    fn = _mod("triton_unified_attention").unified_attention
+    descales, kw = (None, None, None), {}
+    if fp8:  # the FP8 serving path (below): Q and the pages quantised, the descales as the backend passes them
+        q_tok, k_pages, v_pages, descales, kw = _fp8_call(q_tok, k_pages, v_pages, len(used_k))
     if num_splits > 1:
         hp = 1 << (d - 1).bit_length()
         f32 = dict(dtype=torch.float32, device=q_tok.device)
-        kw = dict(seq_threshold_3D=1 << 30, num_par_softmax_segments=num_splits,
+        kw.update(seq_threshold_3D=1 << 30, num_par_softmax_segments=num_splits,
                   softmax_segm_output=torch.empty(T, H, num_splits, hp, **f32),
                   softmax_segm_max=torch.empty(T, H, num_splits, **f32),
                   softmax_segm_expsum=torch.empty(T, H, num_splits, **f32))
-    fn = _mod("triton_unified_attention").unified_attention
     _call(fn, q_tok, k_pages, v_pages, out_tok, cu_q, max_q, used_k, max(int(used_k.max()), 1), scale, causal, window,
-          table, softcap, None, None, None, **sig.feature_keywords(fn, "vllm unified_attention", sinks=(sinks, None)),
+          table, softcap, *descales, **sig.feature_keywords(fn, "vllm unified_attention", sinks=(sinks, None)),
           **kw)
     return out_tok
 
@@ -171,8 +174,8 @@ def _check_unified(q, v):
 
 
 def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
-                 softcap=None, window_size=None, sinks=None):
-    """Prefill: B sequences of N queries, the last N of S positions."""
+                 softcap=None, window_size=None, sinks=None, fp8=False):
+    """Prefill: B sequences of N queries, the last N of S positions. ``fp8``: the FP8 serving path (``_fp8_call``)."""
     lay.refuse_sdpa_extras("vllm unified_attention", query, key, attn_mask, enable_gqa)
     feats = _features(query, bool(is_causal), softcap, window_size, sinks, "vllm unified_attention")
     B, H, N, d = query.shape
@@ -187,12 +190,12 @@ def unified_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
     out = torch.empty(B * N, H, d, dtype=query.dtype, device=dev)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(query), kp, vp, out, cu_q=cu_q, used_k=used, max_q=N, scale=sc, causal=bool(is_causal),
-             table=table, num_splits=1, **feats)
+             table=table, num_splits=1, fp8=fp8, **feats)
     return lay.untokens(out, B, N)
 
 
 def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_splits=1, max_seqlen=None, is_causal=True,
-           scale=None, return_lse=False, out=None, lse_out=None, softcap=None, window_size=None, sinks=None):
+           scale=None, return_lse=False, out=None, lse_out=None, softcap=None, window_size=None, sinks=None, fp8=False):
     """attnum's decode protocol -> ``unified_attention`` (N queries per sequence, pages as they come)."""
     if return_lse:
         raise NotImplementedError("vllm unified_attention returns no LSE")
@@ -208,12 +211,13 @@ def unified_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_
     buf = lay.token_out(out, q)
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _unified(lay.tokens(q), k_cache.contiguous(), v_cache.contiguous(), buf, cu_q=cu_q, used_k=used, max_q=N, scale=sc,
-             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits, **feats)
+             causal=bool(is_causal), table=block_table.to(torch.int32).contiguous(), num_splits=num_splits, fp8=fp8,
+             **feats)
     return lay.written(out, buf, B, N)
 
 
 def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, is_causal=False,
-           scale=None, softcap=None, window_size=None, sinks=None):
+           scale=None, softcap=None, window_size=None, sinks=None, fp8=False):
     """attnum's varlen protocol -> ``unified_attention``: ``cu_seqlens_q`` as given, each sequence's packed keys
     cut into pages of 16 (``seqused_k`` = its key count), its queries the last of its keys (bottom-right)."""
     _check_unified(q, v)
@@ -227,8 +231,51 @@ def unified_varlen(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, ma
     _unified(q.contiguous(), kp, vp, out, cu_q=cu_seqlens_q.to(device=dev, dtype=torch.int32),
              used_k=torch.tensor(lens, dtype=torch.int32, device=dev),
              max_q=max([1] + [q1 - q0 for q0, q1, _, _ in spans]), scale=sc, causal=bool(is_causal), table=table,
-             num_splits=1, **feats)
+             num_splits=1, fp8=fp8, **feats)
     return out
+
+
+# -- the FP8 serving path: kv_cache_dtype="fp8" on the Triton backend ------------------------------------
+
+FP8 = "e4m3fn"  # current_platform.fp8_dtype() on CUDA
+FP8_SCALES = {"q": 1.0, "k": 0.7, "v": 1.6}
+"""The per-tensor scales ``vllm-unified-fp8kv`` declares: ``q_scale`` 1.0 (vLLM's when the checkpoint has none,
+and the only one its backend took before 0.22.0), ``k_scale`` / ``v_scale`` as a calibrated checkpoint's: not 1
+(a scale the kernel drops or misapplies shows) and not powers of two (their fp32 products round), with room for
+the probes' inputs (|K| up to 314, |V| up to 717 before the cache clamps)."""
+
+
+def _fp8(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """x quantised as vLLM's writer stores it (x / scale clamped to +-448, rounded once), as float8_e4m3fn."""
+    from attnum.attention.lowbit.qformats import per_tensor_fp8
+
+    return per_tensor_fp8(x, FP8, scale).to(torch.float8_e4m3fn)
+
+
+def _fp8_call(q_tok, k_pages, v_pages, num_seqs: int):
+    """What ``TritonAttentionImpl.forward`` hands ``unified_attention`` with ``kv_cache_dtype="fp8"`` on CUDA:
+    the queries quantised by the attention layer (``QuantFP8``, static per tensor, at ``layer._q_scale``), the
+    pages written by ``triton_reshape_and_cache_flash`` at ``k_scale`` / ``v_scale``, the descales
+    ``layer._k_scale.expand(num_seqs, G)`` (and ``_v_scale``), ``kv_quant_mode`` FP8_PER_TENSOR (where the release
+    takes it; before, the kernel read FP8 from the cache's dtype), and ``q_descale``: ``layer._q_scale`` from
+    0.22.0 (vllm#42080: the kernel takes a ``q_scale``), None before, when the backend asserted q_scale == 1.
+    Returns (q, k, v, (q_descale, k_descale, v_descale), keywords)."""
+    import importlib
+    import inspect
+
+    mod = _mod("triton_unified_attention")
+    dev, G = q_tok.device, k_pages.shape[2]
+    one = {r: torch.tensor(s, dtype=torch.float32, device=dev) for r, s in FP8_SCALES.items()}  # layer._q_scale...
+    kernel = mod.kernel_unified_attention
+    takes_q = "q_scale" in inspect.signature(getattr(kernel, "fn", kernel)).parameters
+    if not takes_q and FP8_SCALES["q"] != 1.0:
+        raise NotImplementedError("vllm unified_attention of this release takes no q scale (FP8 queries at 1.0 only)")
+    kw = {}
+    if sig.takes(mod.unified_attention, "kv_quant_mode"):
+        kw["kv_quant_mode"] = importlib.import_module("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR
+    descales = (one["q"] if takes_q else None, one["k"].expand(num_seqs, G), one["v"].expand(num_seqs, G))
+    return (_fp8(q_tok, FP8_SCALES["q"]), _fp8(k_pages, FP8_SCALES["k"]), _fp8(v_pages, FP8_SCALES["v"]), descales,
+            kw)
 
 
 def triton_merge_state(o_a, lse_a, o_b, lse_b, out=None, lse_out=None):
@@ -278,6 +325,16 @@ def triton_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, num_s
 UNIFIED = ServingTarget("vllm-unified", sdpa=unified_sdpa, decode=unified_decode, varlen=unified_varlen, lse_base="e",
                         causal_alignment="bottom_right", accepts_out=True, split_rule="power-of-two",
                         features=("softcap", "window", "sinks"))
+UNIFIED_FP8 = ServingTarget(
+    "vllm-unified-fp8kv", sdpa=functools.partial(unified_sdpa, fp8=True),
+    decode=functools.partial(unified_decode, fp8=True), varlen=functools.partial(unified_varlen, fp8=True),
+    lse_base="e", causal_alignment="bottom_right", accepts_out=True, split_rule="power-of-two",
+    features=("softcap", "window", "sinks"), kv_cache_dtype=FP8, k_scale=FP8_SCALES["k"], v_scale=FP8_SCALES["v"],
+    q_scale=FP8_SCALES["q"])
+"""``unified_attention`` as vLLM's Triton backend runs it with ``kv_cache_dtype="fp8"`` on CUDA (``_fp8_call``): FP8
+queries and an FP8 paged cache at per-tensor scales, both GEMMs on FP8 operands, the output in the queries' dtype.
+Its FP8 dots need an architecture whose FP8 MMA attnum models for this shape (``--arch sm89``: BLOCK_M = 16 makes
+Triton emit ``mma.sync``, which on sm90 is not in MMA-Sim's validated set)."""
 MERGE = ServingTarget("vllm-triton-merge", merge_state=triton_merge_state, lse_base="e", accepts_out=True)
 TRITON_DECODE = ServingTarget("vllm-triton-decode", decode=triton_decode, lse_base="e", single_query_only=True,
                               accepts_out=True, split_rule="fixed-splits", features=("softcap",))
@@ -424,6 +481,9 @@ KERNELS = (
                 doc="``vllm-merge``: vLLM's ``merge_attn_states`` (prefix/suffix merge of chunked prefill) as a merge "
                     "target."),
     serving_kernel(UNIFIED, "vLLM unified_attention (Triton; prefill as SDPA, paged decode)", package=PACKAGE,
+                   dtypes=DTYPES, check=_checker(UNIFIED_CALL)),
+    serving_kernel(UNIFIED_FP8, "vLLM unified_attention on the FP8 serving path (Triton; FP8 queries and paged KV "
+                                "cache at per-tensor scales, as kv_cache_dtype='fp8')", package=PACKAGE,
                    dtypes=DTYPES, check=_checker(UNIFIED_CALL)),
     serving_kernel(MERGE, "vLLM merge_attn_states (Triton)", package=PACKAGE, dtypes=DTYPES,
                    check=_checker(MERGE_CALL)),

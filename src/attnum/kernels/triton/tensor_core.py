@@ -69,7 +69,8 @@ def instruction(arch: str, dtypes: tuple[torch.dtype, torch.dtype], shape: tuple
         if fp8:
             raise NotImplementedError("tl.dot of fp8 on sm90 lowered to mma.sync (batched, M % 64 != 0, "
                                       "num_warps % 4 != 0 or max_num_imprecise_acc < 32): Hopper's fp8 mma.sync "
-                                      "is not in MMA-Sim's validated instruction set")
+                                      "is not in MMA-Sim's validated instruction set (--arch sm89 runs it as Ada's, "
+                                      "which is)")
         return "mma.sync"
     if arch == "sm100":
         return "tcgen05"
