@@ -11,12 +11,13 @@ import subprocess
 import sys
 import textwrap
 
+import _paths
 import pytest
 
 from attnum.cli import main
 from attnum.errors import AttnumEnvironmentError, AttnumInputError
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(600)]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _env(**extra) -> dict[str, str]:
@@ -80,7 +81,7 @@ def test_a_target_resolved_at_one_version_runs_that_version_after_another_is_res
         except Exception as e:
             print("SECOND", type(e).__name__, e)
     """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_paths.HANG_S,
                          env=_env(ATTNUM_CACHE=str(cache), PYTHONWARNINGS="ignore"))
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()
@@ -197,7 +198,7 @@ def test_an_offset_that_reaches_the_tag_bits_is_out_of_bounds(tmp_path):
     marks the lane, and a live access through it is out of bounds; masked-off lanes stay unchecked."""
     pytest.importorskip("triton")
     (tmp_path / "k.py").write_text(ADDRESS_KERNELS)
-    run = subprocess.run([sys.executable, str(tmp_path / "k.py")], capture_output=True, text=True, timeout=300,
+    run = subprocess.run([sys.executable, str(tmp_path / "k.py")], capture_output=True, text=True, timeout=_paths.HANG_S,
                          env=_env(TRITON_INTERPRET="1", PYTHONWARNINGS="ignore"), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
