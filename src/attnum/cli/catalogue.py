@@ -139,6 +139,12 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], code_first: boo
     return "\n".join(lines)
 
 
+def _bug_cases() -> tuple:
+    from attnum.audit.bugs.corpus import corpus
+
+    return corpus()
+
+
 def _commands_md() -> str:
     out, panel = [], None
     rows: list[tuple[str, str]] = []
@@ -162,6 +168,7 @@ MARKDOWN: dict[str, Callable[[], str]] = {
     "probes": lambda: _table(("probe", "kind", "what it checks"), probes()),
     "probe-count": lambda: f"{len(probes())} probes",
     "target-count": lambda: f"{len(targets())} built-in targets",
+    "bug-case-count": lambda: str(len(_bug_cases())),
     "packages": lambda: _table(("package", "pinned", "built-in targets it serves"),
                                [(f"attnum kernels fetch {p}", v, t) for p, v, t in packages()]),
     "package-names": lambda: " \\| ".join(f"`{p}`" for p in package_names()),
