@@ -616,8 +616,11 @@ def test_14_ctrl_c_during_attnums_own_import_is_one_line_130(tmp_path):
         "sys.argv = ['attnum', 'runs', sys.argv[1]]\n"
         "runpy.run_module('attnum', run_name='__main__', alter_sys=True)\n"
     )
+    # The child starts as from a terminal, SIGINT at its default: a suite started with SIGINT ignored (``pytest &``
+    # in a script) passes that on, the child rightly keeps ignoring it (__main__.py), and the interrupt never lands.
     p = subprocess.Popen([sys.executable, "-c", hook, str(tmp_path)], env=cli_env(), cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stderr.readline() == "READY\n"  # inside `from attnum.cli import main`, after the handler is set
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=_paths.HANG_S)
