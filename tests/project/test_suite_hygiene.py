@@ -95,6 +95,7 @@ def test_one_generous_hang_guard_and_no_tighter_one():
     config = tomllib.loads((_paths.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     guard = config["tool"]["pytest"]["ini_options"]["timeout"]
     assert guard >= 3600 and guard > _paths.HANG_S >= 10 * _paths.PATIENCE_S
+    assert _paths.HANG_S > _paths.START_S >= 4 * _paths.PATIENCE_S
     marked = [str(p.relative_to(_paths.ROOT)) for p in TEST_FILES if "mark.timeout" in p.read_text(encoding="utf-8")]
     assert not marked, f"per-test timeouts (the suite's one hang guard is pyproject's): {marked}"
 

@@ -128,7 +128,7 @@ def test_sigkill_at_random_moments_with_jobs2(tmp_path):
 def test_second_sweep_on_one_folder_is_refused_and_sigterm_ends_the_first_cleanly(tmp_path):
     spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
     first = popen_cli("sweep", spec, "--out", out, "--quiet")  # in-process points: the first row comes soonest
-    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, _paths.PATIENCE_S, "a first row")
+    _wait_until(lambda: _rows(out / DB_NAME) or first.poll() is not None, _paths.START_S, "a first row")
     assert first.poll() is None
     second = run_cli("sweep", spec, "--out", out, "--quiet", check=False)
     assert second.returncode == 2
@@ -219,7 +219,7 @@ def test_sigterm_with_ray_shuts_ray_down(tmp_path):
     ``interrupted`` (exit 130) and the local Ray instance it started goes with it."""
     spec, out = write_spec(tmp_path, LONG_SPEC), tmp_path / "out"
     proc = popen_cli("sweep", spec, "--out", out, "--quiet", "--jobs", "2", "--executor", "ray")
-    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, _paths.PATIENCE_S, "a first row")
+    _wait_until(lambda: _rows(out / DB_NAME) or proc.poll() is not None, _paths.START_S, "a first row")
     assert proc.poll() is None, proc.stderr.read()
     below = descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
@@ -253,7 +253,7 @@ def test_distributed_ranks_die_with_a_sigkilled_parent(tmp_path):
         def ranks():
             return [p for p in descendants(proc.pid) if b"spawn_main" in _cmdline(p)]
 
-        below = _wait_until(lambda: len(ranks()) >= 2 and ranks(), _paths.PATIENCE_S, "two ranks")
+        below = _wait_until(lambda: len(ranks()) >= 2 and ranks(), _paths.START_S, "two ranks")
         time.sleep(0.5)
     finally:
         proc.kill()

@@ -41,7 +41,7 @@ def _done_rows(db) -> int:
         return 0
 
 
-def _wait_for_rows(proc, db, n, timeout=_paths.PATIENCE_S) -> int:
+def _wait_for_rows(proc, db, n, timeout=_paths.START_S) -> int:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         rows = _done_rows(db)
