@@ -420,7 +420,6 @@ class _Terminal:
 
 def test_spinner_on_a_terminal_plain_lines_off_it(monkeypatch):
     import io
-    import time
 
     from _beats import wait_until
 
@@ -429,7 +428,9 @@ def test_spinner_on_a_terminal_plain_lines_off_it(monkeypatch):
     monkeypatch.setenv("ATTNUM_PROGRESS_INTERVAL", "0.05")
     tty = _Terminal()
     with Activity("validate", spinner=True, stream=tty) as act:
-        time.sleep(0.2)
+        # live across several redraws (rich's are 80 ms apart, the heartbeat's interval 50 ms): had a heartbeat
+        # thread started beside the spinner, its line would have had time to come; on events, not a sleep
+        wait_until(lambda: tty.buf.getvalue().count("\r\x1b[2K") >= 4, "four spinner redraws")
     assert act.mode == "spinner" and "running" not in "".join(
         line for line in tty.buf.getvalue().splitlines() if line.startswith("attnum "))
     log = io.StringIO()
