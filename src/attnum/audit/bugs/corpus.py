@@ -26,6 +26,8 @@ DTYPES = ("fp16", "bf16", "fp32")
 _ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
 SYMPTOMS = frozenset({"fail", "unwritten", "out of bounds"})
 """Statuses that are a verdict on what the kernel did (not a crash, a refusal or a time-out)."""
+SHOWS = ("fail", "unwritten")
+"""A case's ``shows`` unless it says otherwise: a verdict on the output the kernel wrote."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +50,7 @@ class Case:
     kernel_sha256: str = ""  # source "installed": the sha256 the installed kernel file must have
     # The statuses of a probe case that ARE the upstream symptom: a wrong or unwritten output by default; a bug that
     # reads past a tensor adds "out of bounds". A case of another status (another bug of the same kernel) is not it.
-    shows: tuple[str, ...] = ("fail", "unwritten")
+    shows: tuple[str, ...] = SHOWS
     # The GPU whose arithmetic the interpreted kernel runs under (attnum.audit.config.AuditConfig.arch): the audit's
     # default, sm90, unless the kernel's instructions are modelled on another one only (FP8 mma.sync: sm89).
     arch: str = "sm90"

@@ -23,12 +23,11 @@ import math
 import time
 from typing import Any
 
+from attnum.audit.bugs.corpus import SHOWS
 from attnum.audit.verdict import FAILING
 from attnum.sweep.point import StudyPoint
 
 KIND = "bug-case"
-CAUGHT = ("fail", "unwritten")
-"""The default statuses that show the symptom: a verdict on the output the kernel wrote."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,7 +44,7 @@ class BugPoint(StudyPoint):
     probes: tuple[str, ...] = ()
     all_probes: bool = False
     seed: int = 0
-    shows: tuple[str, ...] = CAUGHT
+    shows: tuple[str, ...] = SHOWS
     numerics: str = "faithful"
     arch: str = "sm90"
     device: str = "cpu"
@@ -62,7 +61,7 @@ class BugPoint(StudyPoint):
 
 
 def from_config(config: dict[str, Any]) -> BugPoint:
-    return BugPoint(**{**config, "probes": tuple(config.get("probes", ())), "shows": tuple(config.get("shows", CAUGHT))})
+    return BugPoint(**{**config, "probes": tuple(config.get("probes", ())), "shows": tuple(config.get("shows", SHOWS))})
 
 
 def _num(x: float) -> float | None:
@@ -92,7 +91,7 @@ def _symptom(r: dict[str, Any], shows: tuple[str, ...]) -> str | None:
 
 
 def judge(role: str, probes: tuple[str, ...], rows: list[dict[str, Any]], available: bool, reason: str,
-          shows: tuple[str, ...] = CAUGHT) -> dict[str, Any]:
+          shows: tuple[str, ...] = SHOWS) -> dict[str, Any]:
     """The verdict of one version from its rows (module doc): ``{"verdict", "probe", "line", "other_failing"}``."""
     mine = [r for r in rows if r["probe"] in probes]
     others = sorted({r["probe"] for r in rows if r["probe"] not in probes and r["status"] in FAILING})
